@@ -1,0 +1,133 @@
+//! A replica's configuration: cluster shape, journal geometry, and every bound and timeout, each a
+//! named limit with its unit last.
+
+/// Deliberate protocol bugs, for the tests that prove each simulator checker can fail. Never set
+/// outside those tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// A backup sends prepare_ok as soon as a prepare arrives, before it is durable.
+    AckBeforeDurable,
+    /// A primary commits an op as soon as it has written it, without a replication quorum.
+    CommitWithoutQuorum,
+    /// The client table forgets a request's number, so a retried request is applied again.
+    ApplyRetryTwice,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub cluster: u128,
+    pub replica_count: u8,
+    /// WAL slots; op x lives in slot x % journal_slots.
+    pub journal_slots: u64,
+    /// A prepare (header and body) never exceeds this, and so no WAL slot does.
+    pub prepare_size_max: u64,
+    /// Uncommitted prepares a primary keeps in flight.
+    pub prepare_queue_max: usize,
+    /// Client requests a primary holds while its prepare queue is full.
+    pub request_queue_max: usize,
+    /// Client requests batched into one prepare.
+    pub batch_requests_max: usize,
+    /// Client sessions the client table keeps; the least recently active is evicted past this.
+    pub clients_max: usize,
+    /// Each of the two checkpoint regions of `snapshot.bin`.
+    pub snapshot_size_max: u64,
+    /// Prepares asked for in one request_prepares.
+    pub repair_batch_max: usize,
+    /// Prepares the WAL writes in one group commit.
+    pub write_batch_max: usize,
+    pub prepare_timeout_ticks: u64,
+    pub commit_message_timeout_ticks: u64,
+    pub normal_heartbeat_timeout_ticks: u64,
+    pub view_change_message_timeout_ticks: u64,
+    pub view_change_status_timeout_ticks: u64,
+    pub repair_timeout_ticks: u64,
+    pub request_start_view_timeout_ticks: u64,
+    pub bug: Option<Bug>,
+}
+
+impl Config {
+    pub fn new(cluster: u128, replica_count: u8) -> Config {
+        assert!((1..=6).contains(&replica_count));
+        Config {
+            cluster,
+            replica_count,
+            journal_slots: 1024,
+            prepare_size_max: 1024 * 1024,
+            prepare_queue_max: 8,
+            request_queue_max: 64,
+            batch_requests_max: 32,
+            clients_max: 64,
+            snapshot_size_max: 64 * 1024 * 1024,
+            repair_batch_max: 16,
+            write_batch_max: 64,
+            prepare_timeout_ticks: 20,
+            commit_message_timeout_ticks: 10,
+            normal_heartbeat_timeout_ticks: 100,
+            view_change_message_timeout_ticks: 20,
+            view_change_status_timeout_ticks: 200,
+            repair_timeout_ticks: 10,
+            request_start_view_timeout_ticks: 30,
+            bug: None,
+        }
+    }
+
+    /// Replicas that must hold a prepare before it commits.
+    pub fn quorum_replication(&self) -> usize {
+        let n = self.replica_count as usize;
+        (n + 1 - self.quorum_view_change()).max(n.min(2))
+    }
+
+    /// Replicas whose do_view_change a new primary needs. Any replication quorum and any
+    /// view-change quorum intersect.
+    pub fn quorum_view_change(&self) -> usize {
+        self.replica_count as usize / 2 + 1
+    }
+
+    /// Slots left free when a checkpoint is due: room for every prepare in flight meanwhile.
+    pub fn checkpoint_margin(&self) -> u64 {
+        let margin = (self.journal_slots / 4).min(64).max(2 * self.prepare_queue_max as u64 + 2);
+        assert!(margin < self.journal_slots);
+        margin
+    }
+
+    /// Ops between checkpoints.
+    pub fn checkpoint_interval(&self) -> u64 {
+        self.journal_slots - self.checkpoint_margin()
+    }
+
+    pub fn primary_index(&self, view: u32) -> u8 {
+        (view % self.replica_count as u32) as u8
+    }
+
+    pub fn validate(&self) {
+        assert!(self.quorum_replication() + self.quorum_view_change() > self.replica_count as usize);
+        assert!(self.prepare_queue_max >= 1);
+        assert!(self.journal_slots > 2 * self.prepare_queue_max as u64 + 4);
+        assert!(self.checkpoint_interval() >= 1);
+        // A view's uncommitted suffix, and the header below it, fit in the superblock.
+        assert!(self.prepare_queue_max * 2 + 2 <= vireo_storage::superblock::VIEW_HEADERS_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorums_intersect() {
+        for n in 1..=6u8 {
+            let config = Config::new(1, n);
+            config.validate();
+            let expected = match n {
+                1 => (1, 1),
+                2 => (2, 2),
+                3 => (2, 2),
+                4 => (2, 3),
+                5 => (3, 3),
+                6 => (3, 4),
+                _ => unreachable!(),
+            };
+            assert_eq!((config.quorum_replication(), config.quorum_view_change()), expected);
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! The 256-byte message header every frame starts with, both directions, client and replica.
+//!
+//! Common part (`PROTOCOL.md`): checksum u128 @0, checksum_body u128 @16, cluster u128 @32,
+//! size u32 @48, view u32 @52, release u32 @56, command u8 @60, replica u8 @61, zero to 128.
+//!
+//! Bytes 128..256 depend on the command:
+//! - Request (5), as `PROTOCOL.md`: client u128 @128, request_checksum u128 @144, timestamp u64 @160,
+//!   request u64 @168, operation u8 @176, session u64 @184, user_id u32 @192, command_code u32 @196.
+//! - Eviction (13), as `PROTOCOL.md`: client u128 @128, server_protocol_version u32 @144,
+//!   min version u32 @148, reason u8 @255.
+//! - Reply (8) and every replica command, one layout (a superset of the Reply of `PROTOCOL.md`):
+//!   parent u128 @128 (Reply: request_checksum), context u128 @144, client u128 @160, op u64 @176,
+//!   commit u64 @184, timestamp u64 @192, request u64 @200, operation u8 @208, log_view u32 @212,
+//!   status u32 @216, session u64 @224, checkpoint_op u64 @232, count u32 @240, zero to 256.
+//!
+//! Between replicas `checksum` is xxh3-128 of bytes 16..256 and `checksum_body` xxh3-128 of the
+//! body, so a header commits to its body and, through `parent`, a prepare to the whole log before
+//! it. Clients may send both as 0.
+
+use vireo_storage::checksum::checksum128;
+use vireo_storage::layout::HEADER_SIZE;
+
+/// No frame may be larger (`PROTOCOL.md`: cap a frame at 64 MiB).
+pub const FRAME_SIZE_MAX: u32 = 64 * 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Command {
+    Ping = 1,
+    Pong = 2,
+    PingClient = 3,
+    PongClient = 4,
+    Request = 5,
+    Prepare = 6,
+    PrepareOk = 7,
+    Reply = 8,
+    Commit = 9,
+    StartViewChange = 10,
+    DoViewChange = 11,
+    StartView = 12,
+    Eviction = 13,
+    RequestStartView = 17,
+    RequestPrepares = 18,
+    RepairPrepare = 19,
+    RepairDone = 20,
+    RangeEvicted = 21,
+    RequestCheckpoint = 22,
+    Checkpoint = 23,
+    RequestSyncHeaders = 24,
+    SyncHeaders = 25,
+}
+
+impl Command {
+    pub fn from_u8(value: u8) -> Option<Command> {
+        use Command::*;
+        Some(match value {
+            1 => Ping,
+            2 => Pong,
+            3 => PingClient,
+            4 => PongClient,
+            5 => Request,
+            6 => Prepare,
+            7 => PrepareOk,
+            8 => Reply,
+            9 => Commit,
+            10 => StartViewChange,
+            11 => DoViewChange,
+            12 => StartView,
+            13 => Eviction,
+            17 => RequestStartView,
+            18 => RequestPrepares,
+            19 => RepairPrepare,
+            20 => RepairDone,
+            21 => RangeEvicted,
+            22 => RequestCheckpoint,
+            23 => Checkpoint,
+            24 => RequestSyncHeaders,
+            25 => SyncHeaders,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        use Command::*;
+        match self {
+            Ping => "ping",
+            Pong => "pong",
+            PingClient => "ping_client",
+            PongClient => "pong_client",
+            Request => "request",
+            Prepare => "prepare",
+            PrepareOk => "prepare_ok",
+            Reply => "reply",
+            Commit => "commit",
+            StartViewChange => "start_view_change",
+            DoViewChange => "do_view_change",
+            StartView => "start_view",
+            Eviction => "eviction",
+            RequestStartView => "request_start_view",
+            RequestPrepares => "request_prepares",
+            RepairPrepare => "repair_prepare",
+            RepairDone => "repair_done",
+            RangeEvicted => "range_evicted",
+            RequestCheckpoint => "request_checkpoint",
+            Checkpoint => "checkpoint",
+            RequestSyncHeaders => "request_sync_headers",
+            SyncHeaders => "sync_headers",
+        }
+    }
+}
+
+/// Every field any command uses; a command's layout says which ones go on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub checksum: u128,
+    pub checksum_body: u128,
+    pub cluster: u128,
+    pub size: u32,
+    pub view: u32,
+    pub release: u32,
+    pub command: Command,
+    pub replica: u8,
+    pub parent: u128,
+    pub context: u128,
+    pub client: u128,
+    pub op: u64,
+    pub commit: u64,
+    pub timestamp: u64,
+    pub request: u64,
+    pub operation: u8,
+    pub log_view: u32,
+    pub status: u32,
+    pub session: u64,
+    pub checkpoint_op: u64,
+    pub count: u32,
+    pub user_id: u32,
+    pub command_code: u32,
+    pub reason: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("frame of {got} bytes is shorter than the 256-byte header")]
+    Short { got: usize },
+    #[error("size field at offset 48 says {size} bytes, frame has {got}")]
+    Size { size: u32, got: usize },
+    #[error("unknown command {0} at offset 60")]
+    Command(u8),
+    #[error("non-zero reserved byte at offset {0}")]
+    Reserved(usize),
+    #[error("header checksum mismatch at offset 0")]
+    Checksum,
+    #[error("body checksum mismatch at offset 16")]
+    ChecksumBody,
+}
+
+fn put_u128(bytes: &mut [u8], at: usize, value: u128) {
+    bytes[at..at + 16].copy_from_slice(&value.to_le_bytes());
+}
+fn put_u64(bytes: &mut [u8], at: usize, value: u64) {
+    bytes[at..at + 8].copy_from_slice(&value.to_le_bytes());
+}
+fn put_u32(bytes: &mut [u8], at: usize, value: u32) {
+    bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+fn get_u128(bytes: &[u8], at: usize) -> u128 {
+    u128::from_le_bytes(bytes[at..at + 16].try_into().unwrap())
+}
+fn get_u64(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+fn get_u32(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+}
+
+enum Layout {
+    Request,
+    Eviction,
+    Replica,
+}
+
+fn layout(command: Command) -> Layout {
+    match command {
+        Command::Request => Layout::Request,
+        Command::Eviction => Layout::Eviction,
+        _ => Layout::Replica,
+    }
+}
+
+impl Header {
+    pub fn new(command: Command, cluster: u128, replica: u8) -> Header {
+        Header {
+            checksum: 0,
+            checksum_body: 0,
+            cluster,
+            size: HEADER_SIZE as u32,
+            view: 0,
+            release: 0,
+            command,
+            replica,
+            parent: 0,
+            context: 0,
+            client: 0,
+            op: 0,
+            commit: 0,
+            timestamp: 0,
+            request: 0,
+            operation: 0,
+            log_view: 0,
+            status: 0,
+            session: 0,
+            checkpoint_op: 0,
+            count: 0,
+            user_id: 0,
+            command_code: 0,
+            reason: 0,
+        }
+    }
+
+    /// Writes the header's bytes (with whatever checksums it holds).
+    pub fn encode(&self) -> [u8; HEADER_SIZE] {
+        let mut bytes = [0u8; HEADER_SIZE];
+        put_u128(&mut bytes, 0, self.checksum);
+        put_u128(&mut bytes, 16, self.checksum_body);
+        put_u128(&mut bytes, 32, self.cluster);
+        put_u32(&mut bytes, 48, self.size);
+        put_u32(&mut bytes, 52, self.view);
+        put_u32(&mut bytes, 56, self.release);
+        bytes[60] = self.command as u8;
+        bytes[61] = self.replica;
+        match layout(self.command) {
+            Layout::Request => {
+                put_u128(&mut bytes, 128, self.client);
+                put_u128(&mut bytes, 144, self.parent);
+                put_u64(&mut bytes, 160, self.timestamp);
+                put_u64(&mut bytes, 168, self.request);
+                bytes[176] = self.operation;
+                put_u64(&mut bytes, 184, self.session);
+                put_u32(&mut bytes, 192, self.user_id);
+                put_u32(&mut bytes, 196, self.command_code);
+            }
+            Layout::Eviction => {
+                put_u128(&mut bytes, 128, self.client);
+                put_u32(&mut bytes, 144, self.status);
+                put_u32(&mut bytes, 148, self.count);
+                bytes[255] = self.reason;
+            }
+            Layout::Replica => {
+                put_u128(&mut bytes, 128, self.parent);
+                put_u128(&mut bytes, 144, self.context);
+                put_u128(&mut bytes, 160, self.client);
+                put_u64(&mut bytes, 176, self.op);
+                put_u64(&mut bytes, 184, self.commit);
+                put_u64(&mut bytes, 192, self.timestamp);
+                put_u64(&mut bytes, 200, self.request);
+                bytes[208] = self.operation;
+                put_u32(&mut bytes, 212, self.log_view);
+                put_u32(&mut bytes, 216, self.status);
+                put_u64(&mut bytes, 224, self.session);
+                put_u64(&mut bytes, 232, self.checkpoint_op);
+                put_u32(&mut bytes, 240, self.count);
+            }
+        }
+        bytes
+    }
+
+    /// Reads a header without checking its checksums (see `Message::decode`). Never panics.
+    pub fn decode(bytes: &[u8]) -> Result<Header, DecodeError> {
+        if bytes.len() < HEADER_SIZE {
+            return Err(DecodeError::Short { got: bytes.len() });
+        }
+        let command = Command::from_u8(bytes[60]).ok_or(DecodeError::Command(bytes[60]))?;
+        if let Some(at) = (62..128).find(|at| bytes[*at] != 0) {
+            return Err(DecodeError::Reserved(at));
+        }
+        let mut header = Header::new(command, get_u128(bytes, 32), bytes[61]);
+        header.checksum = get_u128(bytes, 0);
+        header.checksum_body = get_u128(bytes, 16);
+        header.size = get_u32(bytes, 48);
+        header.view = get_u32(bytes, 52);
+        header.release = get_u32(bytes, 56);
+        let reserved = match layout(command) {
+            Layout::Request => {
+                header.client = get_u128(bytes, 128);
+                header.parent = get_u128(bytes, 144);
+                header.timestamp = get_u64(bytes, 160);
+                header.request = get_u64(bytes, 168);
+                header.operation = bytes[176];
+                header.session = get_u64(bytes, 184);
+                header.user_id = get_u32(bytes, 192);
+                header.command_code = get_u32(bytes, 196);
+                (177..184).chain(200..256).find(|at| bytes[*at] != 0)
+            }
+            Layout::Eviction => {
+                header.client = get_u128(bytes, 128);
+                header.status = get_u32(bytes, 144);
+                header.count = get_u32(bytes, 148);
+                header.reason = bytes[255];
+                (152..255).find(|at| bytes[*at] != 0)
+            }
+            Layout::Replica => {
+                header.parent = get_u128(bytes, 128);
+                header.context = get_u128(bytes, 144);
+                header.client = get_u128(bytes, 160);
+                header.op = get_u64(bytes, 176);
+                header.commit = get_u64(bytes, 184);
+                header.timestamp = get_u64(bytes, 192);
+                header.request = get_u64(bytes, 200);
+                header.operation = bytes[208];
+                header.log_view = get_u32(bytes, 212);
+                header.status = get_u32(bytes, 216);
+                header.session = get_u64(bytes, 224);
+                header.checkpoint_op = get_u64(bytes, 232);
+                header.count = get_u32(bytes, 240);
+                (209..212).chain(244..256).find(|at| bytes[*at] != 0)
+            }
+        };
+        if let Some(at) = reserved {
+            return Err(DecodeError::Reserved(at));
+        }
+        Ok(header)
+    }
+
+    /// The checksum this header should carry: xxh3-128 of its bytes 16..256.
+    pub fn calculate_checksum(&self) -> u128 {
+        checksum128(&self.encode()[16..])
+    }
+
+    /// Seals a header over its body: size, body checksum, then header checksum.
+    pub fn seal(&mut self, body: &[u8]) {
+        self.size = (HEADER_SIZE + body.len()) as u32;
+        self.checksum_body = checksum128(body);
+        self.checksum = self.calculate_checksum();
+    }
+
+    pub fn valid_checksum(&self) -> bool {
+        self.checksum == self.calculate_checksum()
+    }
+
+    pub fn valid_checksum_body(&self, body: &[u8]) -> bool {
+        self.checksum_body == checksum128(body)
+    }
+}
+
+/// A decoded frame: a header and its body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub header: Header,
+    pub body: Vec<u8>,
+}
+
+impl Message {
+    /// A sealed message (checksummed header and body).
+    pub fn new(mut header: Header, body: Vec<u8>) -> Message {
+        header.seal(&body);
+        Message { header, body }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        assert_eq!(self.header.size as usize, HEADER_SIZE + self.body.len());
+        let mut bytes = Vec::with_capacity(self.header.size as usize);
+        bytes.extend_from_slice(&self.header.encode());
+        bytes.extend_from_slice(&self.body);
+        bytes
+    }
+
+    /// Decodes a frame and checks its checksums. `checksummed`: a replica frame, whose checksums
+    /// must be right; a client frame may carry zero checksums instead.
+    pub fn decode(bytes: &[u8], checksummed: bool) -> Result<Message, DecodeError> {
+        let header = Header::decode(bytes)?;
+        if header.size as usize != bytes.len() || header.size > FRAME_SIZE_MAX {
+            return Err(DecodeError::Size { size: header.size, got: bytes.len() });
+        }
+        let body = &bytes[HEADER_SIZE..];
+        let zero = !checksummed && header.checksum == 0 && header.checksum_body == 0;
+        if !zero {
+            if !header.valid_checksum() {
+                return Err(DecodeError::Checksum);
+            }
+            if !header.valid_checksum_body(body) {
+                return Err(DecodeError::ChecksumBody);
+            }
+        }
+        Ok(Message { header, body: body.to_vec() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const COMMANDS: [u8; 22] =
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 18, 19, 20, 21, 22, 23, 24, 25];
+
+    prop_compose! {
+        fn arb_header()(
+            command in proptest::sample::select(COMMANDS.to_vec()),
+            fields in any::<(u128, u128, u128, u32, u32, u8)>(),
+            numbers in any::<(u64, u64, u64, u64, u8, u32, u32, u64, u64, u32)>(),
+        ) -> Header {
+            let command = Command::from_u8(command).unwrap();
+            let mut header = Header::new(command, fields.0, fields.5);
+            header.view = fields.3;
+            header.release = fields.4;
+            match command {
+                Command::Request => {
+                    header.client = fields.1;
+                    header.parent = fields.2;
+                    header.timestamp = numbers.0;
+                    header.request = numbers.1;
+                    header.operation = numbers.4;
+                    header.session = numbers.7;
+                    header.user_id = numbers.5;
+                    header.command_code = numbers.6;
+                }
+                Command::Eviction => {
+                    header.client = fields.1;
+                    header.status = numbers.5;
+                    header.count = numbers.6;
+                    header.reason = numbers.4;
+                }
+                _ => {
+                    header.parent = fields.1;
+                    header.context = fields.2;
+                    header.client = fields.1 ^ fields.2;
+                    header.op = numbers.0;
+                    header.commit = numbers.1;
+                    header.timestamp = numbers.2;
+                    header.request = numbers.3;
+                    header.operation = numbers.4;
+                    header.log_view = numbers.5;
+                    header.status = numbers.6;
+                    header.session = numbers.7;
+                    header.checkpoint_op = numbers.8;
+                    header.count = numbers.9;
+                }
+            }
+            header
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_trip(header in arb_header(), body in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let message = Message::new(header, body);
+            let bytes = message.encode();
+            prop_assert_eq!(Message::decode(&bytes, true), Ok(message));
+        }
+
+        #[test]
+        fn any_single_bit_flip_is_rejected(
+            header in arb_header(),
+            body in proptest::collection::vec(any::<u8>(), 0..64),
+            bit in any::<usize>(),
+        ) {
+            let bytes = Message::new(header, body).encode();
+            let mut flipped = bytes.clone();
+            let bit = bit % (bytes.len() * 8);
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(Message::decode(&flipped, true).is_err());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let _ = Message::decode(&bytes, false);
+            let _ = Message::decode(&bytes, true);
+        }
+    }
+
+    #[test]
+    fn client_frames_may_carry_zero_checksums() {
+        let mut header = Header::new(Command::Request, 0, 0);
+        header.client = 42;
+        header.size = HEADER_SIZE as u32 + 3;
+        let mut bytes = header.encode().to_vec();
+        bytes.extend_from_slice(&[1, 2, 3]);
+        assert!(Message::decode(&bytes, false).is_ok());
+        assert_eq!(Message::decode(&bytes, true), Err(DecodeError::Checksum));
+    }
+}

@@ -1,0 +1,191 @@
+//! The in-memory journal: the window of prepares a replica holds (at most one per WAL slot), and
+//! the rules that turn the bytes of `journal.wal` back into that window after a restart.
+//!
+//! An entry always has a header (the prepare's identity: op, checksum, parent). Its body may be
+//! missing: the header arrived alone (in a start_view or from the redundant headers zone) and the
+//! body must be repaired from a peer before the op can be committed. `durable` is set only once the
+//! prepare *and* its redundant header are synced: only then may the replica acknowledge it.
+
+use crate::header::{Command, Header, Message};
+use vireo_storage::layout::{WalLayout, HEADER_SIZE};
+
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub header: Header,
+    pub body: Option<Vec<u8>>,
+    /// The prepare and its redundant header are on stable storage.
+    pub durable: bool,
+    /// A write of this entry is queued or in flight.
+    pub writing: bool,
+}
+
+pub struct Journal {
+    pub layout: WalLayout,
+    slots: Vec<Option<Entry>>,
+}
+
+impl Journal {
+    pub fn new(layout: WalLayout) -> Journal {
+        let slots = (0..layout.slot_count).map(|_| None).collect();
+        Journal { layout, slots }
+    }
+
+    fn index(&self, op: u64) -> usize {
+        self.layout.slot(op) as usize
+    }
+
+    /// The entry for exactly this op, if the journal holds one.
+    pub fn get(&self, op: u64) -> Option<&Entry> {
+        self.slots[self.index(op)].as_ref().filter(|entry| entry.header.op == op)
+    }
+
+    pub fn get_mut(&mut self, op: u64) -> Option<&mut Entry> {
+        let index = self.index(op);
+        self.slots[index].as_mut().filter(|entry| entry.header.op == op)
+    }
+
+    /// The entry for `op` if it is the prepare with this checksum.
+    pub fn get_exact(&self, op: u64, checksum: u128) -> Option<&Entry> {
+        self.get(op).filter(|entry| entry.header.checksum == checksum)
+    }
+
+    /// Puts an entry in its slot, replacing whatever was there (an older op, or another prepare of
+    /// the same op that a view change discarded).
+    pub fn insert(&mut self, entry: Entry) {
+        assert_eq!(entry.header.command, Command::Prepare);
+        if let Some(body) = &entry.body {
+            assert!(entry.header.valid_checksum_body(body));
+        }
+        let index = self.index(entry.header.op);
+        self.slots[index] = Some(entry);
+    }
+
+    pub fn remove(&mut self, op: u64) {
+        let index = self.index(op);
+        if self.slots[index].as_ref().is_some_and(|entry| entry.header.op == op) {
+            self.slots[index] = None;
+        }
+    }
+
+    /// Drops every entry above `op` (a view change truncated them) or at or below `floor`.
+    pub fn retain(&mut self, floor: u64, op: u64) {
+        for slot in &mut self.slots {
+            if slot.as_ref().is_some_and(|entry| entry.header.op > op || entry.header.op <= floor) {
+                *slot = None;
+            }
+        }
+    }
+}
+
+/// What recovery makes of one WAL slot from its two copies of the header.
+#[derive(Debug, PartialEq, Eq)]
+pub enum RecoveredSlot {
+    /// Neither copy is readable: the slot never held a durable prepare, or a torn write left it.
+    Empty,
+    /// The prepare is whole.
+    Prepare { header: Header, body: Vec<u8> },
+    /// Only the redundant header survived: the prepare was durable once and is damaged now. Its
+    /// body must come from a peer; it may have been acknowledged, so it is never forgotten.
+    HeaderOnly(Header),
+}
+
+fn valid_prepare_header(header: Header, layout: &WalLayout, slot: u64) -> bool {
+    header.command == Command::Prepare
+        && header.valid_checksum()
+        && layout.slot(header.op) == slot
+        && header.size as u64 <= layout.prepare_size_max
+}
+
+/// Recovers one slot from its redundant header (`header_bytes`, 256 bytes) and its prepare
+/// (`prepare_bytes`, the slot's `prepare_size_max` bytes). Either may be `None` for a read error.
+///
+/// The prepare is synced before its redundant header is written, so:
+/// - both valid and equal: the prepare;
+/// - both valid, different ops: the newer op wins; if that is the header's, its prepare was
+///   durable and has since been damaged (or misdirected): header only;
+/// - both valid, same op, different checksums: the prepare, which is always written first;
+/// - prepare valid, header not: the prepare (its header write was lost or damaged);
+/// - header valid, prepare not: header only;
+/// - neither: empty.
+pub fn recover_slot(
+    layout: &WalLayout,
+    slot: u64,
+    header_bytes: Option<&[u8]>,
+    prepare_bytes: Option<&[u8]>,
+) -> RecoveredSlot {
+    let redundant = header_bytes
+        .and_then(|bytes| Header::decode(bytes).ok())
+        .filter(|header| valid_prepare_header(*header, layout, slot));
+    let prepare = prepare_bytes.and_then(|bytes| {
+        let header = Header::decode(bytes).ok()?;
+        if !valid_prepare_header(header, layout, slot) {
+            return None;
+        }
+        let body = bytes.get(HEADER_SIZE..header.size as usize)?;
+        header.valid_checksum_body(body).then(|| (header, body.to_vec()))
+    });
+    match (prepare, redundant) {
+        (Some((header, body)), Some(redundant)) => {
+            if redundant.op > header.op {
+                RecoveredSlot::HeaderOnly(redundant)
+            } else {
+                RecoveredSlot::Prepare { header, body }
+            }
+        }
+        (Some((header, body)), None) => RecoveredSlot::Prepare { header, body },
+        (None, Some(redundant)) => RecoveredSlot::HeaderOnly(redundant),
+        (None, None) => RecoveredSlot::Empty,
+    }
+}
+
+/// The bytes of a prepare as its WAL slot holds them.
+pub fn prepare_bytes(header: &Header, body: &[u8]) -> Vec<u8> {
+    Message { header: *header, body: body.to_vec() }.encode()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prepare(op: u64, body: &[u8], view: u32) -> (Header, Vec<u8>) {
+        let mut header = Header::new(Command::Prepare, 1, 0);
+        header.op = op;
+        header.view = view;
+        header.seal(body);
+        (header, body.to_vec())
+    }
+
+    fn slot_bytes(header: &Header, body: &[u8], layout: &WalLayout) -> Vec<u8> {
+        let mut bytes = prepare_bytes(header, body);
+        bytes.resize(layout.prepare_size_max as usize, 0);
+        bytes
+    }
+
+    #[test]
+    fn every_case_of_the_recovery_table() {
+        let layout = WalLayout::new(8, 1024);
+        let (h3, b3) = prepare(3, b"three", 0);
+        let (h11, b11) = prepare(11, b"eleven", 0);
+        let (h3_other, b3_other) = prepare(3, b"three again", 1);
+        let p3 = slot_bytes(&h3, &b3, &layout);
+        let p11 = slot_bytes(&h11, &b11, &layout);
+        let torn = vec![0xAB; 1024];
+
+        let whole = recover_slot(&layout, 3, Some(&h3.encode()), Some(&p3));
+        assert_eq!(whole, RecoveredSlot::Prepare { header: h3, body: b3.clone() });
+        // Prepare written, header not yet: the prepare.
+        let newer = recover_slot(&layout, 3, Some(&h3.encode()), Some(&p11));
+        assert_eq!(newer, RecoveredSlot::Prepare { header: h11, body: b11 });
+        // Header newer than the prepare: the prepare was damaged after it was durable.
+        let damaged = recover_slot(&layout, 3, Some(&h11.encode()), Some(&p3));
+        assert_eq!(damaged, RecoveredSlot::HeaderOnly(h11));
+        let same_op = slot_bytes(&h3_other, &b3_other, &layout);
+        let rewritten = recover_slot(&layout, 3, Some(&h3.encode()), Some(&same_op));
+        assert_eq!(rewritten, RecoveredSlot::Prepare { header: h3_other, body: b3_other });
+        assert_eq!(recover_slot(&layout, 3, Some(&h3.encode()), Some(&torn)), RecoveredSlot::HeaderOnly(h3));
+        assert_eq!(recover_slot(&layout, 3, None, None), RecoveredSlot::Empty);
+        assert_eq!(recover_slot(&layout, 3, Some(&[0u8; 256]), Some(&torn)), RecoveredSlot::Empty);
+        // Misdirected: a valid prepare of another slot is not this slot's.
+        assert_eq!(recover_slot(&layout, 4, Some(&h3.encode()), Some(&p3)), RecoveredSlot::Empty);
+    }
+}

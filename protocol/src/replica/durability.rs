@@ -1,0 +1,501 @@
+//! The replica's three write pipelines, each one request in flight at a time:
+//! - the WAL: group commit. Every prepare that arrives while a batch is being written waits for
+//!   the next batch, and one batch costs two syncs however many prepares it holds (an fsync costs
+//!   about 4 ms on our machines). Order per batch: prepares, sync, redundant headers, sync; only
+//!   then are its prepares durable and acknowledged (see `vireo_storage::layout`);
+//! - the superblock: both copies in turn, each synced (see `vireo_storage::superblock`); a request
+//!   made while a write is in flight is coalesced into one more write of the then-current state;
+//! - checkpoints: a snapshot of the executed state into the free region of `snapshot.bin`, synced,
+//!   then named by the superblock. The WAL never overwrites a slot whose op the durable checkpoint
+//!   does not cover.
+
+use std::collections::VecDeque;
+
+use vireo_io::{Completion, Io, Token};
+use vireo_storage::checksum::checksum64;
+use vireo_storage::layout::{snapshot_region_offset, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+use vireo_storage::superblock::{Superblock, VsrState};
+
+use super::{Replica, ReplicaEvent, Status};
+use crate::client_table::ClientTable;
+use crate::journal::prepare_bytes;
+use crate::state_machine::StateMachine;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenKind {
+    Open,
+    Wal,
+    Superblock,
+    Snapshot,
+}
+
+const TOKEN_KIND_SHIFT: u32 = 56;
+
+pub fn token(kind: TokenKind, detail: u64) -> Token {
+    assert!(detail < 1 << TOKEN_KIND_SHIFT);
+    let kind = match kind {
+        TokenKind::Open => 1u64,
+        TokenKind::Wal => 2,
+        TokenKind::Superblock => 3,
+        TokenKind::Snapshot => 4,
+    };
+    Token(kind << TOKEN_KIND_SHIFT | detail)
+}
+
+pub fn token_kind(token: Token) -> TokenKind {
+    match token.0 >> TOKEN_KIND_SHIFT {
+        1 => TokenKind::Open,
+        2 => TokenKind::Wal,
+        3 => TokenKind::Superblock,
+        4 => TokenKind::Snapshot,
+        other => panic!("completion with a token no request of ours carries: kind {other}"),
+    }
+}
+
+pub fn token_detail(token: Token) -> u64 {
+    token.0 & ((1 << TOKEN_KIND_SHIFT) - 1)
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum WalStage {
+    #[default]
+    Idle,
+    Prepares,
+    PreparesSync,
+    Headers,
+    HeadersSync,
+}
+
+#[derive(Default)]
+pub struct WalPipeline {
+    /// Ops waiting for the next group commit (no duplicates; at most one per slot).
+    queue: VecDeque<u64>,
+    stage: WalStage,
+    batch: Vec<(u64, u128)>,
+    outstanding: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum SuperblockStage {
+    #[default]
+    Idle,
+    WritingA,
+    SyncingA,
+    WritingB,
+    SyncingB,
+}
+
+#[derive(Default)]
+pub struct SuperblockPipeline {
+    /// The newest superblock on stable storage (sequence 0: none yet).
+    pub durable: Superblock,
+    stage: SuperblockStage,
+    writing: Option<Superblock>,
+    dirty: bool,
+}
+
+/// A checkpoint whose snapshot is on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointRecord {
+    pub op: u64,
+    pub checksum: u128,
+    pub size: u64,
+    pub checksum64: u64,
+    pub region: u8,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum SnapshotStage {
+    #[default]
+    Idle,
+    Writing,
+    Syncing,
+}
+
+#[derive(Default)]
+pub struct SnapshotPipeline {
+    stage: SnapshotStage,
+    writing: Option<(CheckpointRecord, Vec<u8>)>,
+    /// A snapshot to write once the previous checkpoint is durable (latest wins).
+    pending: Option<(u64, u128, Vec<u8>)>,
+    /// The bytes of `checkpoint_ready`, served to peers for state transfer.
+    ready_bytes: Vec<u8>,
+}
+
+/// A checkpoint's contents: `[op u64][checksum u128][timestamp u64][client table][len u64][state]`.
+pub struct Snapshot<S> {
+    pub op: u64,
+    pub checksum: u128,
+    pub timestamp: u64,
+    pub client_table: ClientTable,
+    pub state_machine: S,
+}
+
+impl<S: StateMachine> Snapshot<S> {
+    pub fn encode(op: u64, checksum: u128, timestamp: u64, client_table: &ClientTable, state_machine: &S) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&op.to_le_bytes());
+        bytes.extend_from_slice(&checksum.to_le_bytes());
+        bytes.extend_from_slice(&timestamp.to_le_bytes());
+        client_table.encode(&mut bytes);
+        let state = state_machine.snapshot();
+        bytes.extend_from_slice(&(state.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&state);
+        bytes
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Snapshot<S>> {
+        let op = u64::from_le_bytes(bytes.get(0..8)?.try_into().ok()?);
+        let checksum = u128::from_le_bytes(bytes.get(8..24)?.try_into().ok()?);
+        let timestamp = u64::from_le_bytes(bytes.get(24..32)?.try_into().ok()?);
+        let (client_table, used) = ClientTable::decode(bytes.get(32..)?)?;
+        let at = 32 + used;
+        let len = u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?) as usize;
+        let state = bytes.get(at + 8..at.checked_add(8)?.checked_add(len)?)?;
+        if at + 8 + len != bytes.len() {
+            return None;
+        }
+        Some(Snapshot { op, checksum, timestamp, client_table, state_machine: S::restore(state)? })
+    }
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// The highest op the WAL may hold now: its slot's previous op is covered by the durable
+    /// checkpoint.
+    pub(super) fn wal_op_limit(&self) -> u64 {
+        self.superblock_durable().checkpoint_op + self.config.journal_slots
+    }
+
+    /// The superblock durably holds our current view's log: acknowledgements may go out.
+    pub(super) fn log_view_durable(&self) -> bool {
+        self.superblock.durable.sequence > 0 && self.superblock_durable().log_view == self.view
+    }
+
+    pub(super) fn view_durable(&self) -> bool {
+        self.superblock.durable.sequence > 0 && self.superblock_durable().view >= self.view
+    }
+
+    // The WAL.
+
+    pub(super) fn wal_enqueue(&mut self, io: &mut impl Io, op: u64) {
+        let entry = self.journal.get_mut(op).expect("enqueued op is in the journal");
+        assert!(entry.body.is_some());
+        entry.writing = true;
+        entry.durable = false;
+        if !self.wal.queue.contains(&op) {
+            self.wal.queue.push_back(op);
+        }
+        assert!(self.wal.queue.len() <= self.config.journal_slots as usize * 2);
+        self.wal_flush(io);
+    }
+
+    /// Starts the next group commit if none is in flight.
+    pub(super) fn wal_flush(&mut self, io: &mut impl Io) {
+        if self.wal.stage != WalStage::Idle || self.status == Status::Opening {
+            return;
+        }
+        assert!(self.wal.batch.is_empty());
+        let limit = self.wal_op_limit();
+        while let Some(&op) = self.wal.queue.front() {
+            if self.wal.batch.len() == self.config.write_batch_max {
+                break;
+            }
+            let Some(entry) = self.journal.get(op) else {
+                self.wal.queue.pop_front();
+                continue;
+            };
+            if entry.durable || entry.body.is_none() || self.wal.batch.iter().any(|(batched, _)| *batched == op) {
+                self.wal.queue.pop_front();
+                continue;
+            }
+            if op > limit {
+                // Its slot still holds an op the durable checkpoint does not cover.
+                break;
+            }
+            self.wal.queue.pop_front();
+            let bytes = prepare_bytes(&entry.header, entry.body.as_ref().expect("checked"));
+            assert!(bytes.len() as u64 <= self.config.prepare_size_max);
+            let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
+            self.wal.batch.push((op, entry.header.checksum));
+            io.write(FILE_WAL, offset, bytes, token(TokenKind::Wal, op));
+        }
+        if !self.wal.batch.is_empty() {
+            self.wal.stage = WalStage::Prepares;
+            self.wal.outstanding = self.wal.batch.len();
+        }
+    }
+
+    pub(super) fn wal_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        match completion {
+            Completion::Write { result, .. } => {
+                if let Err(error) = result {
+                    // The journal cannot promise anything it failed to write: stop the replica,
+                    // it recovers from what is durable.
+                    panic!("replica {}: WAL write failed: {error}", self.replica);
+                }
+                assert!(matches!(self.wal.stage, WalStage::Prepares | WalStage::Headers));
+                self.wal.outstanding -= 1;
+                if self.wal.outstanding == 0 {
+                    self.wal.stage = match self.wal.stage {
+                        WalStage::Prepares => WalStage::PreparesSync,
+                        _ => WalStage::HeadersSync,
+                    };
+                    io.sync(FILE_WAL, token(TokenKind::Wal, 0));
+                }
+            }
+            Completion::Sync { result, .. } => {
+                if let Err(error) = result {
+                    panic!("replica {}: WAL sync failed: {error}", self.replica);
+                }
+                match self.wal.stage {
+                    WalStage::PreparesSync => self.wal_write_headers(io),
+                    WalStage::HeadersSync => self.wal_batch_durable(io),
+                    stage => panic!("WAL sync completed in stage {stage:?}"),
+                }
+            }
+            Completion::Read { .. } => panic!("the WAL pipeline issues no reads"),
+        }
+    }
+
+    fn wal_write_headers(&mut self, io: &mut impl Io) {
+        let mut outstanding = 0;
+        for (op, checksum) in &self.wal.batch {
+            let Some(entry) = self.journal.get_exact(*op, *checksum) else { continue };
+            let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
+            io.write(FILE_WAL, offset, entry.header.encode().to_vec(), token(TokenKind::Wal, *op));
+            outstanding += 1;
+        }
+        if outstanding == 0 {
+            self.wal.stage = WalStage::Idle;
+            self.wal.batch.clear();
+            self.wal_flush(io);
+            return;
+        }
+        self.wal.stage = WalStage::Headers;
+        self.wal.outstanding = outstanding;
+    }
+
+    fn wal_batch_durable(&mut self, io: &mut impl Io) {
+        let batch = std::mem::take(&mut self.wal.batch);
+        self.wal.stage = WalStage::Idle;
+        for (op, checksum) in &batch {
+            if let Some(entry) = self.journal.get_mut(*op) {
+                if entry.header.checksum == *checksum && entry.body.is_some() {
+                    entry.durable = true;
+                    entry.writing = false;
+                }
+            }
+        }
+        if self.status == Status::Normal {
+            if self.is_primary() {
+                self.primary_commit(io);
+            } else {
+                for (op, _) in &batch {
+                    self.send_prepare_ok(io, *op);
+                }
+            }
+        }
+        self.wal_flush(io);
+    }
+
+    // The superblock.
+
+    /// The superblock this replica would write now.
+    fn vsr_state(&self) -> VsrState {
+        let durable = self.superblock_durable();
+        let (checkpoint_op, checkpoint_checksum, snapshot_size, snapshot_checksum, snapshot_region) =
+            match &self.checkpoint_ready {
+                Some(ready) => (ready.op, ready.checksum, ready.size, ready.checksum64, ready.region),
+                None => (
+                    durable.checkpoint_op,
+                    durable.checkpoint_checksum,
+                    durable.snapshot_size,
+                    durable.snapshot_checksum,
+                    durable.snapshot_region,
+                ),
+            };
+        VsrState {
+            cluster: self.config.cluster,
+            replica: self.replica,
+            replica_count: self.config.replica_count,
+            view: self.view,
+            log_view: self.log_view,
+            commit_max: self.commit_max,
+            checkpoint_op,
+            checkpoint_checksum,
+            offset_frontier: 0,
+            snapshot_size,
+            snapshot_checksum,
+            snapshot_region,
+            view_headers: self
+                .view_headers()
+                .iter()
+                .filter(|header| header.op > checkpoint_op)
+                .map(|header| header.encode())
+                .collect(),
+        }
+    }
+
+    pub(super) fn superblock_update(&mut self, io: &mut impl Io) {
+        self.superblock.dirty = true;
+        self.superblock_flush(io);
+    }
+
+    fn superblock_flush(&mut self, io: &mut impl Io) {
+        if self.superblock.stage != SuperblockStage::Idle || !self.superblock.dirty || self.status == Status::Opening {
+            return;
+        }
+        self.superblock.dirty = false;
+        let durable = &self.superblock.durable;
+        let superblock = Superblock {
+            sequence: durable.sequence + 1,
+            parent_checksum: if durable.sequence == 0 { 0 } else { durable.checksum() },
+            vsr_state: self.vsr_state(),
+        };
+        io.write(FILE_SUPERBLOCK_A, 0, superblock.encode(), token(TokenKind::Superblock, 0));
+        self.superblock.writing = Some(superblock);
+        self.superblock.stage = SuperblockStage::WritingA;
+    }
+
+    pub(super) fn superblock_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        let failed = match &completion {
+            Completion::Write { result, .. } | Completion::Sync { result, .. } => result.err(),
+            Completion::Read { .. } => panic!("the superblock pipeline issues no reads"),
+        };
+        if let Some(error) = failed {
+            panic!("replica {}: superblock write failed: {error}", self.replica);
+        }
+        let writing = self.superblock.writing.as_ref().expect("a superblock write in flight");
+        self.superblock.stage = match self.superblock.stage {
+            SuperblockStage::WritingA => {
+                io.sync(FILE_SUPERBLOCK_A, token(TokenKind::Superblock, 0));
+                SuperblockStage::SyncingA
+            }
+            SuperblockStage::SyncingA => {
+                io.write(FILE_SUPERBLOCK_B, 0, writing.encode(), token(TokenKind::Superblock, 1));
+                SuperblockStage::WritingB
+            }
+            SuperblockStage::WritingB => {
+                io.sync(FILE_SUPERBLOCK_B, token(TokenKind::Superblock, 1));
+                SuperblockStage::SyncingB
+            }
+            SuperblockStage::SyncingB => {
+                let written = self.superblock.writing.take().expect("checked");
+                let checkpoint_advanced = written.vsr_state.checkpoint_op > self.superblock_durable().checkpoint_op;
+                self.superblock.durable = written;
+                if checkpoint_advanced {
+                    let op = self.superblock_durable().checkpoint_op;
+                    self.event(ReplicaEvent::CheckpointDurable { op });
+                }
+                self.superblock.stage = SuperblockStage::Idle;
+                self.on_superblock_durable(io);
+                self.superblock_flush(io);
+                return;
+            }
+            SuperblockStage::Idle => panic!("superblock completion with nothing in flight"),
+        };
+        self.superblock_flush(io);
+    }
+
+    fn on_superblock_durable(&mut self, io: &mut impl Io) {
+        self.view_change_progress(io);
+        if self.status == Status::Normal {
+            if self.is_primary() {
+                self.primary_commit(io);
+            } else {
+                self.send_prepare_oks(io);
+            }
+        }
+        self.snapshot_flush(io);
+        self.wal_flush(io);
+    }
+
+    // Checkpoints.
+
+    pub(super) fn checkpoint_if_due(&mut self, io: &mut impl Io) {
+        let latest = match &self.checkpoint_ready {
+            Some(ready) => ready.op,
+            None => self.superblock_durable().checkpoint_op,
+        };
+        if self.commit_min < latest + self.config.checkpoint_interval() {
+            return;
+        }
+        if self.snapshot.pending.as_ref().is_some_and(|(op, _, _)| *op >= self.commit_min) {
+            return;
+        }
+        let bytes = Snapshot::encode(
+            self.commit_min,
+            self.commit_min_checksum,
+            self.timestamp_last,
+            &self.client_table,
+            &self.state_machine,
+        );
+        self.checkpoint_write(io, self.commit_min, self.commit_min_checksum, bytes);
+    }
+
+    /// Writes a checkpoint (ours, or one from state transfer) once the previous one is durable.
+    pub(super) fn checkpoint_write(&mut self, io: &mut impl Io, op: u64, checksum: u128, bytes: Vec<u8>) {
+        assert!(
+            bytes.len() as u64 <= self.config.snapshot_size_max,
+            "checkpoint of {} bytes exceeds snapshot_size_max",
+            bytes.len()
+        );
+        self.snapshot.pending = Some((op, checksum, bytes));
+        self.snapshot_flush(io);
+    }
+
+    fn snapshot_flush(&mut self, io: &mut impl Io) {
+        if self.snapshot.stage != SnapshotStage::Idle || self.snapshot.pending.is_none() || self.status == Status::Opening {
+            return;
+        }
+        let durable_checkpoint_op = self.superblock_durable().checkpoint_op;
+        let durable_region = self.superblock_durable().snapshot_region;
+        if self.checkpoint_ready.as_ref().is_some_and(|ready| ready.op != durable_checkpoint_op) {
+            // The superblock does not name the previous snapshot yet: its region is not free.
+            return;
+        }
+        let (op, checksum, bytes) = self.snapshot.pending.take().expect("checked");
+        let region = 1 - durable_region;
+        let record = CheckpointRecord { op, checksum, size: bytes.len() as u64, checksum64: checksum64(&bytes), region };
+        let offset = snapshot_region_offset(region, self.config.snapshot_size_max);
+        io.write(FILE_SNAPSHOT, offset, bytes.clone(), token(TokenKind::Snapshot, 0));
+        self.snapshot.writing = Some((record, bytes));
+        self.snapshot.stage = SnapshotStage::Writing;
+    }
+
+    pub(super) fn snapshot_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        let failed = match &completion {
+            Completion::Write { result, .. } | Completion::Sync { result, .. } => result.err(),
+            Completion::Read { .. } => panic!("the snapshot pipeline issues no reads"),
+        };
+        if let Some(error) = failed {
+            panic!("replica {}: snapshot write failed: {error}", self.replica);
+        }
+        match self.snapshot.stage {
+            SnapshotStage::Writing => {
+                io.sync(FILE_SNAPSHOT, token(TokenKind::Snapshot, 0));
+                self.snapshot.stage = SnapshotStage::Syncing;
+            }
+            SnapshotStage::Syncing => {
+                let (record, bytes) = self.snapshot.writing.take().expect("a snapshot in flight");
+                self.snapshot.stage = SnapshotStage::Idle;
+                self.checkpoint_ready = Some(record);
+                self.snapshot.ready_bytes = bytes;
+                self.superblock_update(io);
+            }
+            SnapshotStage::Idle => panic!("snapshot completion with nothing in flight"),
+        }
+    }
+
+    /// After a restart: the checkpoint the superblock names, read back from `snapshot.bin`.
+    pub(super) fn checkpoint_recovered(&mut self, record: CheckpointRecord, bytes: Vec<u8>) {
+        self.checkpoint_ready = Some(record);
+        self.snapshot.ready_bytes = bytes;
+    }
+
+    /// The durable checkpoint and its snapshot bytes, if this replica holds them in memory.
+    pub(super) fn checkpoint_durable_snapshot(&self) -> Option<(&CheckpointRecord, &[u8])> {
+        let ready = self.checkpoint_ready.as_ref()?;
+        (ready.op == self.superblock_durable().checkpoint_op).then_some((ready, self.snapshot.ready_bytes.as_slice()))
+    }
+}

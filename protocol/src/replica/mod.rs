@@ -1,0 +1,420 @@
+//! The VSR replica: one sans-IO state machine per replica of a consensus group, generic over the
+//! state machine it replicates.
+//!
+//! Inputs are `open` (the process started), `on_message`, `on_completion` and `tick`; outputs are
+//! calls on `Io` (messages, reads, writes, syncs) and `ReplicaEvent`s for whoever drives it. One
+//! handler per message (`on_prepare`, `on_prepare_ok`, `on_start_view_change`, ...), each opening
+//! with the checks that decide whether the message is ignored.
+//!
+//! The invariants it keeps (asserted where they are relied on, in release builds too):
+//! - `commit_min <= commit_max` and `commit_min <= op`: nothing is executed that is not in the log;
+//! - the journal's headers form a hash chain from `op` down; an op is executed only once the chain
+//!   from the head of the current view reaches it and its body is present, and the chain always
+//!   reaches the checksum of the last executed op;
+//! - a replica acknowledges a prepare (prepare_ok, or counting itself as primary) only once the
+//!   prepare and its redundant header are synced and the superblock durably says `log_view == view`;
+//! - a replica sends do_view_change for view v only after the superblock durably says `view >= v`,
+//!   so after any crash it never again acknowledges a prepare of a view older than one it voted in;
+//! - a primary enters normal status only after the superblock durably holds the new view's log.
+//!
+//! The submodules hold one part of the protocol each: `normal` (requests, prepares, commits,
+//! replies), `view_change`, `repair` (missing prepares and state transfer), `durability` (the WAL,
+//! superblock and checkpoint pipelines) and `recovery` (open and restart).
+
+mod durability;
+mod normal;
+mod recovery;
+mod repair;
+mod timeout;
+mod view_change;
+
+use std::collections::VecDeque;
+
+use vireo_io::{Completion, Io, Peer};
+use vireo_storage::layout::WalLayout;
+use vireo_storage::superblock::VsrState;
+
+use crate::client_table::ClientTable;
+use crate::config::Config;
+use crate::header::{Command, Header, Message};
+use crate::journal::Journal;
+use crate::state_machine::StateMachine;
+
+pub use durability::CheckpointRecord;
+use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
+use recovery::Opening;
+use timeout::Timeout;
+use view_change::DoViewChangeVote;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Reading the superblock, checkpoint and WAL back after a (re)start.
+    Opening,
+    /// Restarted, or saw a newer view: waiting for that view's start_view before acting.
+    Recovering,
+    Normal,
+    ViewChange,
+}
+
+/// What a replica tells its driver (the simulator's checkers and traces read these).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplicaEvent {
+    Opened { view: u32, log_view: u32, op: u64, commit_min: u64, formatted: bool },
+    StatusChanged { status: Status, view: u32 },
+    Committed { op: u64, checksum: u128, digest: u64 },
+    CheckpointDurable { op: u64 },
+    StateTransferred { op: u64 },
+}
+
+/// An uncommitted prepare of the primary's pipeline, with the backups that acknowledged it.
+#[derive(Clone, Debug)]
+struct PipelineEntry {
+    op: u64,
+    checksum: u128,
+    acks: u64,
+}
+
+/// Events a replica buffers for its driver before they are polled.
+const EVENTS_MAX: usize = 4096;
+
+pub struct Replica<S: StateMachine> {
+    config: Config,
+    replica: u8,
+    status: Status,
+    view: u32,
+    /// The view whose log this replica's log is (the latest view it installed a log from).
+    log_view: u32,
+    /// The head of the log and its checksum.
+    op: u64,
+    op_checksum: u128,
+    /// The last executed op and its checksum.
+    commit_min: u64,
+    commit_min_checksum: u128,
+    /// The highest op known to be committed.
+    commit_max: u64,
+    journal: Journal,
+    state_machine: S,
+    client_table: ClientTable,
+    /// The timestamp of the newest prepare: prepares' timestamps strictly increase.
+    timestamp_last: u64,
+
+    pipeline: VecDeque<PipelineEntry>,
+    request_queue: VecDeque<Message>,
+
+    start_view_change_votes: u64,
+    do_view_change_votes: Vec<Option<DoViewChangeVote>>,
+    do_view_change_sent: bool,
+    /// The new primary has installed the view's log and waits for the superblock to hold it.
+    start_view_installed: bool,
+
+    wal: WalPipeline,
+    superblock: SuperblockPipeline,
+    snapshot: SnapshotPipeline,
+    /// The newest checkpoint whose snapshot is on disk (durable once the superblock names it).
+    checkpoint_ready: Option<CheckpointRecord>,
+
+    /// The newest checkpoint a peer told us of, and who.
+    peer_checkpoint_op: u64,
+    peer_checkpoint_replica: u8,
+    commit_stall_ticks: u64,
+    repair_peer_next: u8,
+
+    timeout_prepare: Timeout,
+    timeout_commit_message: Timeout,
+    timeout_normal_heartbeat: Timeout,
+    timeout_view_change_message: Timeout,
+    timeout_view_change_status: Timeout,
+    timeout_repair: Timeout,
+    timeout_request_start_view: Timeout,
+    /// Ticks since this backup last heard from its primary.
+    primary_silent_ticks: u64,
+
+    opening: Option<Opening>,
+    events: VecDeque<ReplicaEvent>,
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Creates a replica and starts reading its durable state; it acts once `Opened` is reported.
+    pub fn open(config: Config, replica: u8, io: &mut impl Io) -> Replica<S> {
+        config.validate();
+        assert!(replica < config.replica_count);
+        let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
+        let count = config.replica_count as usize;
+        let mut replica = Replica {
+            replica,
+            status: Status::Opening,
+            view: 0,
+            log_view: 0,
+            op: 0,
+            op_checksum: 0,
+            commit_min: 0,
+            commit_min_checksum: 0,
+            commit_max: 0,
+            journal: Journal::new(layout),
+            state_machine: S::empty(),
+            client_table: ClientTable::new(config.clients_max),
+            timestamp_last: 0,
+            pipeline: VecDeque::new(),
+            request_queue: VecDeque::new(),
+            start_view_change_votes: 0,
+            do_view_change_votes: vec![None; count],
+            do_view_change_sent: false,
+            start_view_installed: false,
+            wal: WalPipeline::default(),
+            superblock: SuperblockPipeline::default(),
+            snapshot: SnapshotPipeline::default(),
+            checkpoint_ready: None,
+            peer_checkpoint_op: 0,
+            peer_checkpoint_replica: 0,
+            commit_stall_ticks: 0,
+            repair_peer_next: 0,
+            timeout_prepare: Timeout::new("prepare", config.prepare_timeout_ticks),
+            timeout_commit_message: Timeout::new("commit_message", config.commit_message_timeout_ticks),
+            timeout_normal_heartbeat: Timeout::new(
+                "normal_heartbeat",
+                config.normal_heartbeat_timeout_ticks,
+            ),
+            timeout_view_change_message: Timeout::new(
+                "view_change_message",
+                config.view_change_message_timeout_ticks,
+            ),
+            timeout_view_change_status: Timeout::new(
+                "view_change_status",
+                config.view_change_status_timeout_ticks,
+            ),
+            timeout_repair: Timeout::new("repair", config.repair_timeout_ticks),
+            timeout_request_start_view: Timeout::new(
+                "request_start_view",
+                config.request_start_view_timeout_ticks,
+            ),
+            primary_silent_ticks: 0,
+            opening: None,
+            events: VecDeque::new(),
+            config,
+        };
+        replica.open_start(io);
+        replica
+    }
+
+    // Getters.
+
+    pub fn replica(&self) -> u8 {
+        self.replica
+    }
+    pub fn status(&self) -> Status {
+        self.status
+    }
+    pub fn view(&self) -> u32 {
+        self.view
+    }
+    pub fn log_view(&self) -> u32 {
+        self.log_view
+    }
+    pub fn op(&self) -> u64 {
+        self.op
+    }
+    pub fn commit_min(&self) -> u64 {
+        self.commit_min
+    }
+    pub fn commit_max(&self) -> u64 {
+        self.commit_max
+    }
+    pub fn state_machine(&self) -> &S {
+        &self.state_machine
+    }
+    pub fn client_table(&self) -> &ClientTable {
+        &self.client_table
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn is_primary(&self) -> bool {
+        self.config.primary_index(self.view) == self.replica
+    }
+    /// The superblock state on stable storage.
+    pub fn superblock_durable(&self) -> &VsrState {
+        &self.superblock.durable.vsr_state
+    }
+    /// The prepare body of an op this replica holds (for checkers reading committed history).
+    pub fn prepare_body(&self, op: u64, checksum: u128) -> Option<&[u8]> {
+        self.journal.get_exact(op, checksum).and_then(|entry| entry.body.as_deref())
+    }
+
+    /// The next event for the driver, if any.
+    pub fn poll_event(&mut self) -> Option<ReplicaEvent> {
+        self.events.pop_front()
+    }
+
+    fn event(&mut self, event: ReplicaEvent) {
+        if self.events.len() == EVENTS_MAX {
+            // A driver that never polls loses the oldest events, never the replica's state.
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+
+    fn set_status(&mut self, status: Status) {
+        if self.status != status {
+            self.status = status;
+            self.event(ReplicaEvent::StatusChanged { status, view: self.view });
+        }
+    }
+
+    fn primary_of(&self, view: u32) -> u8 {
+        self.config.primary_index(view)
+    }
+
+    fn replica_count(&self) -> u8 {
+        self.config.replica_count
+    }
+
+    fn header(&self, command: Command) -> Header {
+        let mut header = Header::new(command, self.config.cluster, self.replica);
+        header.view = self.view;
+        header
+    }
+
+    fn send(&self, io: &mut impl Io, to: u8, message: &Message) {
+        assert_ne!(to, self.replica);
+        io.send(Peer::Replica(to), message.encode());
+    }
+
+    fn send_to_others(&self, io: &mut impl Io, message: &Message) {
+        let bytes = message.encode();
+        for to in 0..self.replica_count() {
+            if to != self.replica {
+                io.send(Peer::Replica(to), bytes.clone());
+            }
+        }
+    }
+
+    // Inputs.
+
+    /// A message arrived from a peer or a client. Anything malformed is dropped.
+    pub fn on_message(&mut self, io: &mut impl Io, bytes: &[u8]) {
+        if self.status == Status::Opening {
+            return;
+        }
+        let Some(command) = bytes.get(60).and_then(|command| Command::from_u8(*command)) else {
+            return;
+        };
+        let from_client = command == Command::Request;
+        let Ok(message) = Message::decode(bytes, !from_client) else {
+            return;
+        };
+        // A prepare names the primary that created it, not the replica that sent it (repair
+        // relays prepares, ours included); every other replica message names its sender.
+        if !from_client
+            && (message.header.cluster != self.config.cluster
+                || message.header.replica >= self.replica_count()
+                || (message.header.replica == self.replica && command != Command::Prepare))
+        {
+            return;
+        }
+        match command {
+            Command::Request => self.on_request(io, message),
+            Command::Prepare => self.on_prepare(io, message),
+            Command::PrepareOk => self.on_prepare_ok(io, message),
+            Command::Commit => self.on_commit(io, message),
+            Command::StartViewChange => self.on_start_view_change(io, message),
+            Command::DoViewChange => self.on_do_view_change(io, message),
+            Command::StartView => self.on_start_view(io, message),
+            Command::RequestStartView => self.on_request_start_view(io, message),
+            Command::RequestPrepares => self.on_request_prepares(io, message),
+            Command::RequestCheckpoint => self.on_request_checkpoint(io, message),
+            Command::Checkpoint => self.on_checkpoint(io, message),
+            _ => {}
+        }
+        self.assert_invariants();
+    }
+
+    /// An I/O request completed.
+    pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        let token = completion.token();
+        match durability::token_kind(token) {
+            durability::TokenKind::Open => self.open_on_completion(io, completion),
+            durability::TokenKind::Wal => self.wal_on_completion(io, completion),
+            durability::TokenKind::Superblock => self.superblock_on_completion(io, completion),
+            durability::TokenKind::Snapshot => self.snapshot_on_completion(io, completion),
+        }
+        self.assert_invariants();
+    }
+
+    /// Called every `TICK_NS` by the driver: every timeout is counted here.
+    pub fn tick(&mut self, io: &mut impl Io) {
+        if self.status == Status::Opening {
+            return;
+        }
+        self.primary_silent_ticks += 1;
+        if self.commit_min < self.commit_max {
+            self.commit_stall_ticks += 1;
+        } else {
+            self.commit_stall_ticks = 0;
+        }
+        let fired = [
+            self.timeout_prepare.tick(),
+            self.timeout_commit_message.tick(),
+            self.timeout_normal_heartbeat.tick(),
+            self.timeout_view_change_message.tick(),
+            self.timeout_view_change_status.tick(),
+            self.timeout_repair.tick(),
+            self.timeout_request_start_view.tick(),
+        ];
+        if fired[0] {
+            self.on_prepare_timeout(io);
+        }
+        if fired[1] {
+            self.on_commit_message_timeout(io);
+        }
+        if fired[2] {
+            self.on_normal_heartbeat_timeout(io);
+        }
+        if fired[3] {
+            self.on_view_change_message_timeout(io);
+        }
+        if fired[4] {
+            self.on_view_change_status_timeout(io);
+        }
+        if fired[5] {
+            self.on_repair_timeout(io);
+        }
+        if fired[6] {
+            self.on_request_start_view_timeout(io);
+        }
+        self.assert_invariants();
+    }
+
+    /// Starts the timeouts of the current status and stops the others.
+    fn timeouts_for_status(&mut self, io: &mut impl Io) {
+        let normal = self.status == Status::Normal;
+        let primary = self.is_primary();
+        self.timeout_prepare.set(normal && primary, io);
+        self.timeout_commit_message.set(normal && primary, io);
+        self.timeout_normal_heartbeat.set(normal && !primary, io);
+        self.timeout_view_change_message.set(self.status == Status::ViewChange, io);
+        self.timeout_view_change_status.set(self.status == Status::ViewChange, io);
+        self.timeout_repair.set(normal || self.status == Status::ViewChange, io);
+        self.timeout_request_start_view.set(self.status == Status::Recovering, io);
+        self.primary_silent_ticks = 0;
+    }
+
+    fn assert_invariants(&self) {
+        if self.status == Status::Opening {
+            return;
+        }
+        assert!(self.commit_min <= self.commit_max, "commit_min {} > commit_max {}", self.commit_min, self.commit_max);
+        assert!(self.commit_min <= self.op, "commit_min {} > op {}", self.commit_min, self.op);
+        assert!(self.log_view <= self.view);
+        assert!(self.pipeline.len() <= self.config.journal_slots as usize);
+        assert!(self.request_queue.len() <= self.config.request_queue_max);
+        if self.op == self.commit_min {
+            assert_eq!(self.op_checksum, self.commit_min_checksum);
+        }
+        if let Some(entry) = self.journal.get(self.op) {
+            assert_eq!(entry.header.checksum, self.op_checksum);
+        }
+        if self.status == Status::Normal && self.is_primary() {
+            assert!(self.pipeline.iter().all(|entry| entry.op > self.commit_max && entry.op <= self.op));
+        }
+    }
+}

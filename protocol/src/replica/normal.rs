@@ -1,0 +1,463 @@
+//! Normal operation: requests in, prepares out, prepare_oks back, commits, replies.
+
+use vireo_io::{Io, Peer};
+use vireo_storage::layout::HEADER_SIZE;
+
+use super::{PipelineEntry, Replica, ReplicaEvent, Status};
+use crate::client_table::{ClientEntry, RequestOutcome};
+use crate::config::Bug;
+use crate::header::{Command, Header, Message};
+use crate::journal::Entry;
+use crate::request::{batched_requests, OPERATION_REGISTER};
+use crate::state_machine::StateMachine;
+
+/// Eviction reasons (byte 255 of an eviction).
+pub const EVICTION_REASON_NO_SESSION: u8 = 1;
+
+impl<S: StateMachine> Replica<S> {
+    pub(super) fn on_request(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if header.client == 0 || header.operation == 0 {
+            return;
+        }
+        if header.size as u64 > self.config.prepare_size_max - HEADER_SIZE as u64 {
+            return;
+        }
+        let register = header.operation == OPERATION_REGISTER;
+        if register != (header.session == 0 && header.request == 0) {
+            return;
+        }
+        if self.status != Status::Normal {
+            return;
+        }
+        if !self.is_primary() {
+            // The client guessed wrong: pass the request on to the primary of our view.
+            io.send(Peer::Replica(self.primary_of(self.view)), message.encode());
+            return;
+        }
+        if self.request_in_flight(header.client, header.request, register) {
+            return;
+        }
+        if register {
+            if let Some(entry) = self.client_table.get(header.client) {
+                let entry = entry.clone();
+                self.send_reply(io, header.client, header.parent, entry.request, &entry);
+                return;
+            }
+        } else {
+            match self.client_table.outcome(header.client, header.session, header.request) {
+                RequestOutcome::New => {}
+                RequestOutcome::Duplicate(entry) => {
+                    let entry = entry.clone();
+                    self.send_reply(io, header.client, header.parent, header.request, &entry);
+                    return;
+                }
+                RequestOutcome::Stale => return,
+                RequestOutcome::Evicted => {
+                    self.send_eviction(io, header.client);
+                    return;
+                }
+            }
+        }
+        if self.request_queue.len() == self.config.request_queue_max {
+            // Full: drop it; the client retries after its timeout.
+            return;
+        }
+        self.request_queue.push_back(message);
+        self.primary_prepare(io);
+    }
+
+    /// Whether this client's request is queued or in the uncommitted log already. Conservative:
+    /// an op whose body this replica lacks might hold it.
+    fn request_in_flight(&self, client: u128, request: u64, register: bool) -> bool {
+        let same = |header: &Header| {
+            header.client == client
+                && if register { header.operation == OPERATION_REGISTER } else { header.request == request }
+        };
+        if self.request_queue.iter().any(|queued| same(&queued.header)) {
+            return true;
+        }
+        for op in self.commit_min + 1..=self.op {
+            match self.journal.get(op).and_then(|entry| entry.body.as_deref()) {
+                None => return true,
+                Some(body) => {
+                    if batched_requests(body).any(|batched| same(&batched.header)) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// Turns queued requests into prepares while the pipeline and the WAL have room.
+    pub(super) fn primary_prepare(&mut self, io: &mut impl Io) {
+        while self.status == Status::Normal
+            && self.is_primary()
+            && !self.request_queue.is_empty()
+            && self.pipeline.len() < self.config.prepare_queue_max
+            && self.op < self.wal_op_limit()
+        {
+            let mut body = Vec::new();
+            let mut count = 0u32;
+            let mut first: Option<Header> = None;
+            while let Some(front) = self.request_queue.front() {
+                let size = front.header.size as usize;
+                if count as usize == self.config.batch_requests_max
+                    || (HEADER_SIZE + body.len() + size) as u64 > self.config.prepare_size_max
+                {
+                    break;
+                }
+                let request = self.request_queue.pop_front().expect("front exists");
+                first.get_or_insert(request.header);
+                body.extend_from_slice(&request.encode());
+                count += 1;
+            }
+            assert!(count > 0, "a request always fits in an empty prepare");
+            let first = first.expect("at least one request");
+            let mut header = self.header(Command::Prepare);
+            header.op = self.op + 1;
+            header.parent = self.op_checksum;
+            header.commit = self.commit_max;
+            header.timestamp = io.now().max(self.timestamp_last + 1);
+            header.client = first.client;
+            header.request = first.request;
+            header.operation = first.operation;
+            header.checkpoint_op = self.superblock_durable().checkpoint_op;
+            header.count = count;
+            let message = Message::new(header, body);
+            self.timestamp_last = header.timestamp;
+            self.journal.insert(Entry {
+                header: message.header,
+                body: Some(message.body.clone()),
+                durable: false,
+                writing: false,
+            });
+            self.op = header.op;
+            self.op_checksum = message.header.checksum;
+            self.pipeline.push_back(PipelineEntry { op: header.op, checksum: self.op_checksum, acks: 0 });
+            self.wal_enqueue(io, header.op);
+            self.send_to_others(io, &message);
+        }
+    }
+
+    pub(super) fn on_prepare(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if header.command != Command::Prepare || header.op == 0 {
+            return;
+        }
+        if header.view > self.view && matches!(self.status, Status::Normal | Status::Recovering) {
+            self.jump_to_newer_view(io, header.view);
+        }
+        if header.op > self.commit_min && header.op <= self.op && self.repair_accept(io, &message) {
+            self.commit_journal(io);
+            return;
+        }
+        if self.status != Status::Normal || self.is_primary() || header.view != self.view {
+            return;
+        }
+        if header.replica == self.primary_of(self.view) {
+            self.primary_heard();
+        }
+        self.commit_max_advance(header.commit);
+        self.peer_checkpoint(header.checkpoint_op, header.replica);
+        if header.op <= self.op {
+            // A retransmission: acknowledge again what we hold durably.
+            if self.journal.get_exact(header.op, header.checksum).is_some_and(|entry| entry.durable) {
+                self.send_prepare_ok(io, header.op);
+            }
+            self.commit_journal(io);
+            return;
+        }
+        if header.op > self.op + 1 {
+            // We missed some: ask the primary for what comes after our head.
+            self.request_prepares_after_head(io);
+            return;
+        }
+        if header.parent != self.op_checksum || header.op > self.wal_op_limit() {
+            // Not our chain's next link (cannot be, in one view, once our head is this view's),
+            // or no free WAL slot until our next checkpoint: the primary will retransmit.
+            return;
+        }
+        self.journal.insert(Entry {
+            header,
+            body: Some(message.body),
+            durable: false,
+            writing: false,
+        });
+        self.op = header.op;
+        self.op_checksum = header.checksum;
+        self.timestamp_last = self.timestamp_last.max(header.timestamp);
+        self.wal_enqueue(io, header.op);
+        if self.config.bug == Some(Bug::AckBeforeDurable) {
+            self.send_prepare_ok_unchecked(io, header.op, header.checksum);
+        }
+        self.commit_journal(io);
+    }
+
+    /// Acknowledges a prepare to the primary, if this replica may.
+    pub(super) fn send_prepare_ok(&mut self, io: &mut impl Io, op: u64) {
+        if self.status != Status::Normal || self.is_primary() {
+            return;
+        }
+        if !self.log_view_durable() {
+            return;
+        }
+        let Some(entry) = self.journal.get(op) else { return };
+        if !entry.durable || entry.body.is_none() {
+            return;
+        }
+        let checksum = entry.header.checksum;
+        self.send_prepare_ok_unchecked(io, op, checksum);
+    }
+
+    fn send_prepare_ok_unchecked(&mut self, io: &mut impl Io, op: u64, checksum: u128) {
+        let mut header = self.header(Command::PrepareOk);
+        header.op = op;
+        header.parent = checksum;
+        header.commit = self.commit_min;
+        header.checkpoint_op = self.superblock_durable().checkpoint_op;
+        let message = Message::new(header, Vec::new());
+        self.send(io, self.primary_of(self.view), &message);
+    }
+
+    /// Acknowledges every durable prepare of the uncommitted suffix (after a view starts, or once
+    /// the superblock holds the view).
+    pub(super) fn send_prepare_oks(&mut self, io: &mut impl Io) {
+        for op in self.commit_max + 1..=self.op {
+            self.send_prepare_ok(io, op);
+        }
+    }
+
+    pub(super) fn on_prepare_ok(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if self.status != Status::Normal || !self.is_primary() || header.view != self.view {
+            return;
+        }
+        self.peer_checkpoint(header.checkpoint_op, header.replica);
+        let Some(entry) = self.pipeline.iter_mut().find(|entry| entry.op == header.op) else {
+            return;
+        };
+        if entry.checksum != header.parent {
+            return;
+        }
+        entry.acks |= 1 << header.replica;
+        self.primary_commit(io);
+    }
+
+    /// Commits the pipeline's head while it has a replication quorum (the primary counts itself
+    /// once its own copy is durable).
+    pub(super) fn primary_commit(&mut self, io: &mut impl Io) {
+        if self.status != Status::Normal || !self.is_primary() {
+            return;
+        }
+        let log_view_durable = self.log_view_durable();
+        while let Some(front) = self.pipeline.front() {
+            let own = log_view_durable
+                && self.journal.get_exact(front.op, front.checksum).is_some_and(|entry| entry.durable);
+            let acks = front.acks.count_ones() as usize + own as usize;
+            let quorum = if self.config.bug == Some(Bug::CommitWithoutQuorum) {
+                1
+            } else {
+                self.config.quorum_replication()
+            };
+            if acks < quorum {
+                break;
+            }
+            assert!(front.op > self.commit_max);
+            self.commit_max = front.op;
+            self.pipeline.pop_front();
+        }
+        self.commit_journal(io);
+        self.primary_prepare(io);
+    }
+
+    pub(super) fn on_commit(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if header.view > self.view && matches!(self.status, Status::Normal | Status::Recovering) {
+            self.jump_to_newer_view(io, header.view);
+            return;
+        }
+        if self.status != Status::Normal
+            || header.view != self.view
+            || self.is_primary()
+            || header.replica != self.primary_of(self.view)
+        {
+            return;
+        }
+        self.primary_heard();
+        self.commit_max_advance(header.commit);
+        self.peer_checkpoint(header.checkpoint_op, header.replica);
+        if self.commit_max > self.op {
+            self.request_prepares_after_head(io);
+        }
+        self.commit_journal(io);
+    }
+
+    pub(super) fn commit_max_advance(&mut self, commit: u64) {
+        if commit > self.commit_max {
+            self.commit_max = commit;
+        }
+    }
+
+    fn primary_heard(&mut self) {
+        self.timeout_normal_heartbeat.reset();
+        self.primary_silent_ticks = 0;
+    }
+
+    /// Executes every committed op whose prepare this replica holds, in order, as far as the hash
+    /// chain from the head of the view vouches for it.
+    pub(super) fn commit_journal(&mut self, io: &mut impl Io) {
+        if self.status != Status::Normal {
+            return;
+        }
+        let walk = self.walk_chain(0);
+        if !walk.complete {
+            return;
+        }
+        let mut limit = self.commit_max.min(self.op);
+        if let Some(missing) = walk.lowest_missing_body {
+            limit = limit.min(missing - 1);
+        }
+        while self.commit_min < limit {
+            self.execute(io, self.commit_min + 1);
+        }
+        self.checkpoint_if_due(io);
+    }
+
+    /// Applies one committed prepare: every request in it, through the client table.
+    fn execute(&mut self, io: &mut impl Io, op: u64) {
+        let entry = self.journal.get(op).expect("executed op is in the journal");
+        assert_eq!(entry.header.parent, self.commit_min_checksum, "op {op} does not chain to the last executed op");
+        let header = entry.header;
+        let body = entry.body.clone().expect("executed op has its body");
+        let primary = self.status == Status::Normal && self.is_primary();
+        for request in batched_requests(&body) {
+            let client = request.header.client;
+            if request.header.operation == OPERATION_REGISTER {
+                if let Some(entry) = self.client_table.get(client) {
+                    // A register retried into a second prepare: the first one stands.
+                    if primary {
+                        let entry = entry.clone();
+                        self.send_reply(io, client, request.header.parent, 0, &entry);
+                    }
+                    continue;
+                }
+                let entry = ClientEntry {
+                    session: op,
+                    request: 0,
+                    reply_op: op,
+                    reply_timestamp: header.timestamp,
+                    reply_operation: OPERATION_REGISTER,
+                    reply: op.to_le_bytes().to_vec(),
+                };
+                self.client_table.register(client, entry.clone());
+                if primary {
+                    self.send_reply(io, client, request.header.parent, 0, &entry);
+                }
+                continue;
+            }
+            match self.client_table.outcome(client, request.header.session, request.header.request) {
+                RequestOutcome::New => {
+                    let reply = self.state_machine.apply(
+                        op,
+                        header.timestamp,
+                        client,
+                        request.header.operation,
+                        request.body,
+                    );
+                    let entry = ClientEntry {
+                        session: request.header.session,
+                        request: request.header.request,
+                        reply_op: op,
+                        reply_timestamp: header.timestamp,
+                        reply_operation: request.header.operation,
+                        reply,
+                    };
+                    if self.config.bug != Some(Bug::ApplyRetryTwice) {
+                        self.client_table.update(client, entry.clone());
+                    }
+                    if primary {
+                        self.send_reply(io, client, request.header.parent, request.header.request, &entry);
+                    }
+                }
+                RequestOutcome::Duplicate(entry) => {
+                    if primary {
+                        let entry = entry.clone();
+                        self.send_reply(io, client, request.header.parent, request.header.request, &entry);
+                    }
+                }
+                RequestOutcome::Stale => {}
+                RequestOutcome::Evicted => {
+                    if primary {
+                        self.send_eviction(io, client);
+                    }
+                }
+            }
+        }
+        self.commit_min = op;
+        self.commit_min_checksum = header.checksum;
+        self.commit_stall_ticks = 0;
+        let digest = self.state_machine.digest();
+        self.event(ReplicaEvent::Committed { op, checksum: header.checksum, digest });
+    }
+
+    fn send_reply(&self, io: &mut impl Io, client: u128, request_checksum: u128, request: u64, entry: &ClientEntry) {
+        let mut header = self.header(Command::Reply);
+        header.parent = request_checksum;
+        header.client = client;
+        header.op = entry.reply_op;
+        header.commit = self.commit_max;
+        header.timestamp = entry.reply_timestamp;
+        header.request = request;
+        header.operation = entry.reply_operation;
+        header.session = entry.session;
+        let message = Message::new(header, entry.reply.clone());
+        io.send(Peer::Client(client), message.encode());
+    }
+
+    fn send_eviction(&self, io: &mut impl Io, client: u128) {
+        let mut header = self.header(Command::Eviction);
+        header.client = client;
+        header.reason = EVICTION_REASON_NO_SESSION;
+        let message = Message::new(header, Vec::new());
+        io.send(Peer::Client(client), message.encode());
+    }
+
+    pub(super) fn on_prepare_timeout(&mut self, io: &mut impl Io) {
+        if self.status != Status::Normal || !self.is_primary() {
+            return;
+        }
+        let all = (1u64 << self.replica_count()) - 1;
+        for index in 0..self.pipeline.len() {
+            let entry = &self.pipeline[index];
+            let missing = all & !entry.acks & !(1 << self.replica);
+            let Some(journal_entry) = self.journal.get_exact(entry.op, entry.checksum) else { continue };
+            let Some(body) = journal_entry.body.clone() else { continue };
+            let message = Message { header: journal_entry.header, body };
+            for to in 0..self.replica_count() {
+                if missing & (1 << to) != 0 {
+                    self.send(io, to, &message);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_commit_message_timeout(&mut self, io: &mut impl Io) {
+        if self.status != Status::Normal || !self.is_primary() {
+            return;
+        }
+        let mut header = self.header(Command::Commit);
+        header.commit = self.commit_max;
+        header.checkpoint_op = self.superblock_durable().checkpoint_op;
+        let message = Message::new(header, Vec::new());
+        self.send_to_others(io, &message);
+    }
+
+    pub(super) fn on_normal_heartbeat_timeout(&mut self, io: &mut impl Io) {
+        if self.status != Status::Normal || self.is_primary() {
+            return;
+        }
+        self.start_view_change(io, self.view + 1);
+    }
+}

@@ -1,0 +1,242 @@
+//! Opening a replica: reading its superblock, checkpoint and WAL back through `Io`, and rebuilding
+//! the log it had promised. A replica with no superblock at all formats itself (a new replica
+//! never acknowledged anything, so starting empty breaks no promise).
+//!
+//! The log after a restart is: the checkpoint; then the view's suffix that the superblock recorded
+//! when the view's log was installed (those headers win over whatever the WAL slots hold, since a
+//! crash may have left older prepares there); then every prepare that continues that chain in the
+//! same view. Slots whose prepare is damaged but whose redundant header survived come back as
+//! headers without bodies, repaired from peers later. What does not chain (a torn tail, prepares
+//! a view change discarded) is dropped: none of it was ever acknowledged. The replica then waits
+//! in `Recovering` for the current view's start_view, or starts a view change if none comes.
+
+use vireo_io::{Completion, IoError, Io};
+use vireo_storage::checksum::checksum64;
+use vireo_storage::layout::{snapshot_region_offset, HEADER_SIZE, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+use vireo_storage::superblock::{choose, Superblock, SUPERBLOCK_SIZE_MAX};
+
+use super::durability::{token, token_detail, Snapshot, TokenKind};
+use super::{CheckpointRecord, Replica, ReplicaEvent, Status};
+use crate::header::{Command, Header};
+use crate::journal::{recover_slot, Entry, RecoveredSlot};
+use crate::state_machine::StateMachine;
+
+const READ_SUPERBLOCK: u64 = 0;
+const READ_SNAPSHOT: u64 = 1;
+const READ_WAL_HEADER: u64 = 2;
+const READ_WAL_PREPARE: u64 = 3;
+const READ_SHIFT: u32 = 48;
+
+type ReadResult = Option<Result<Vec<u8>, IoError>>;
+
+#[derive(Default)]
+pub struct Opening {
+    superblocks: [ReadResult; 2],
+    wal_headers: Vec<ReadResult>,
+    wal_prepares: Vec<ReadResult>,
+    outstanding: usize,
+}
+
+/// The checksum of op 0, the root every log chains from: a prepare with an empty body.
+pub fn root_checksum(cluster: u128) -> u128 {
+    let mut root = Header::new(Command::Prepare, cluster, 0);
+    root.seal(&[]);
+    root.checksum
+}
+
+impl<S: StateMachine> Replica<S> {
+    pub(super) fn open_start(&mut self, io: &mut impl Io) {
+        assert_eq!(self.status, Status::Opening);
+        self.opening = Some(Opening::default());
+        for (copy, file) in [FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B].into_iter().enumerate() {
+            io.read(file, 0, SUPERBLOCK_SIZE_MAX, token(TokenKind::Open, READ_SUPERBLOCK << READ_SHIFT | copy as u64));
+        }
+        self.opening.as_mut().expect("set").outstanding = 2;
+    }
+
+    pub(super) fn open_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        assert_eq!(self.status, Status::Opening);
+        let detail = token_detail(completion.token());
+        let (what, index) = (detail >> READ_SHIFT, (detail & ((1 << READ_SHIFT) - 1)) as usize);
+        let Completion::Read { result, .. } = completion else {
+            panic!("opening issues only reads");
+        };
+        let opening = self.opening.as_mut().expect("opening");
+        opening.outstanding -= 1;
+        match what {
+            READ_SUPERBLOCK => {
+                opening.superblocks[index] = Some(result);
+                if opening.outstanding == 0 {
+                    self.open_superblock_read(io);
+                }
+            }
+            READ_SNAPSHOT => {
+                let bytes = result.unwrap_or_else(|error| panic!("replica {}: checkpoint unreadable: {error}", self.replica));
+                self.open_snapshot_read(io, &bytes);
+            }
+            READ_WAL_HEADER | READ_WAL_PREPARE => {
+                let reads = if what == READ_WAL_HEADER { &mut opening.wal_headers } else { &mut opening.wal_prepares };
+                reads[index] = Some(result);
+                if opening.outstanding == 0 {
+                    self.open_finish(io);
+                }
+            }
+            other => panic!("unknown open read {other}"),
+        }
+    }
+
+    fn open_superblock_read(&mut self, io: &mut impl Io) {
+        let opening = self.opening.as_mut().expect("opening");
+        let decode = |read: &mut ReadResult| match read.take().expect("read done") {
+            Ok(bytes) => Superblock::decode(&bytes),
+            Err(_) => Err(vireo_storage::SuperblockError::Empty),
+        };
+        let a = decode(&mut opening.superblocks[0]);
+        let b = decode(&mut opening.superblocks[1]);
+        let superblock = match choose(a, b) {
+            Ok(superblock) => superblock,
+            Err(_) => {
+                // No copy is whole: this replica never finished its first superblock write, so
+                // it never acknowledged anything (the fault budget never damages both copies).
+                self.format(io);
+                return;
+            }
+        };
+        let state = &superblock.vsr_state;
+        assert_eq!(state.cluster, self.config.cluster, "superblock of another cluster");
+        assert_eq!(state.replica, self.replica, "superblock of another replica");
+        assert_eq!(state.replica_count, self.config.replica_count, "superblock of another cluster shape");
+        self.superblock.durable = superblock;
+        let state = self.superblock_durable().clone();
+        if state.snapshot_size > 0 {
+            let offset = snapshot_region_offset(state.snapshot_region, self.config.snapshot_size_max);
+            io.read(FILE_SNAPSHOT, offset, state.snapshot_size as usize, token(TokenKind::Open, READ_SNAPSHOT << READ_SHIFT));
+            self.opening.as_mut().expect("opening").outstanding = 1;
+        } else {
+            self.commit_min_checksum = state.checkpoint_checksum;
+            self.open_wal_read(io);
+        }
+    }
+
+    fn open_snapshot_read(&mut self, io: &mut impl Io, bytes: &[u8]) {
+        let state = self.superblock_durable().clone();
+        assert_eq!(checksum64(bytes), state.snapshot_checksum, "replica {}: checkpoint damaged", self.replica);
+        let snapshot = Snapshot::<S>::decode(bytes).expect("a checkpoint with a valid checksum decodes");
+        assert_eq!(snapshot.op, state.checkpoint_op);
+        assert_eq!(snapshot.checksum, state.checkpoint_checksum);
+        self.state_machine = snapshot.state_machine;
+        self.client_table = snapshot.client_table;
+        self.timestamp_last = snapshot.timestamp;
+        self.commit_min_checksum = snapshot.checksum;
+        let record = CheckpointRecord {
+            op: state.checkpoint_op,
+            checksum: state.checkpoint_checksum,
+            size: state.snapshot_size,
+            checksum64: state.snapshot_checksum,
+            region: state.snapshot_region,
+        };
+        self.checkpoint_recovered(record, bytes.to_vec());
+        self.open_wal_read(io);
+    }
+
+    fn open_wal_read(&mut self, io: &mut impl Io) {
+        let layout = self.journal.layout;
+        let slots = layout.slot_count as usize;
+        let opening = self.opening.as_mut().expect("opening");
+        opening.wal_headers = vec![None; slots];
+        opening.wal_prepares = vec![None; slots];
+        opening.outstanding = 2 * slots;
+        for slot in 0..layout.slot_count {
+            io.read(FILE_WAL, layout.header_offset(slot), HEADER_SIZE, token(TokenKind::Open, READ_WAL_HEADER << READ_SHIFT | slot));
+            io.read(
+                FILE_WAL,
+                layout.prepare_offset(slot),
+                layout.prepare_size_max as usize,
+                token(TokenKind::Open, READ_WAL_PREPARE << READ_SHIFT | slot),
+            );
+        }
+    }
+
+    fn format(&mut self, io: &mut impl Io) {
+        self.opening = None;
+        let root = root_checksum(self.config.cluster);
+        self.view = 0;
+        self.log_view = 0;
+        self.op = 0;
+        self.op_checksum = root;
+        self.commit_min = 0;
+        self.commit_min_checksum = root;
+        self.commit_max = 0;
+        self.superblock.durable = Superblock::default();
+        self.superblock.durable.vsr_state.checkpoint_checksum = root;
+        self.status = Status::Normal;
+        self.event(ReplicaEvent::Opened { view: 0, log_view: 0, op: 0, commit_min: 0, formatted: true });
+        self.timeouts_for_status(io);
+        self.superblock_update(io);
+    }
+
+    fn open_finish(&mut self, io: &mut impl Io) {
+        let opening = self.opening.take().expect("opening");
+        let state = self.superblock_durable().clone();
+        let layout = self.journal.layout;
+        let checkpoint_op = state.checkpoint_op;
+        for slot in 0..layout.slot_count as usize {
+            let header_bytes = opening.wal_headers[slot].as_ref().and_then(|read| read.as_ref().ok());
+            let prepare_bytes = opening.wal_prepares[slot].as_ref().and_then(|read| read.as_ref().ok());
+            let recovered = recover_slot(&layout, slot as u64, header_bytes.map(Vec::as_slice), prepare_bytes.map(Vec::as_slice));
+            match recovered {
+                RecoveredSlot::Empty => {}
+                RecoveredSlot::Prepare { header, body } if header.op > checkpoint_op => {
+                    self.journal.insert(Entry { header, body: Some(body), durable: true, writing: false });
+                }
+                RecoveredSlot::HeaderOnly(header) if header.op > checkpoint_op => {
+                    self.journal.insert(Entry { header, body: None, durable: false, writing: false });
+                }
+                _ => {}
+            }
+        }
+        // The view's suffix as installed wins over the slots.
+        let mut head = (checkpoint_op, state.checkpoint_checksum);
+        for bytes in &state.view_headers {
+            let header = Header::decode(bytes).expect("superblock view headers are whole");
+            assert!(header.valid_checksum());
+            if header.op <= checkpoint_op {
+                continue;
+            }
+            if self.journal.get_exact(header.op, header.checksum).is_none() {
+                self.journal.insert(Entry { header, body: None, durable: false, writing: false });
+            }
+            head = (header.op, header.checksum);
+        }
+        // Then what this replica appended in the same view, as long as it chains.
+        loop {
+            let next = head.0 + 1;
+            match self.journal.get(next) {
+                Some(entry) if entry.header.parent == head.1 && entry.header.view == state.log_view => {
+                    head = (next, entry.header.checksum);
+                }
+                _ => break,
+            }
+        }
+        self.journal.retain(checkpoint_op, head.0);
+        self.view = state.view;
+        self.log_view = state.log_view;
+        self.op = head.0;
+        self.op_checksum = head.1;
+        self.commit_min = checkpoint_op;
+        self.commit_max = state.commit_max.max(checkpoint_op);
+        if let Some(entry) = self.journal.get(self.op) {
+            self.timestamp_last = self.timestamp_last.max(entry.header.timestamp);
+        }
+        self.status = Status::Recovering;
+        self.event(ReplicaEvent::Opened {
+            view: self.view,
+            log_view: self.log_view,
+            op: self.op,
+            commit_min: self.commit_min,
+            formatted: false,
+        });
+        self.timeouts_for_status(io);
+        self.on_request_start_view_timeout(io);
+    }
+}

@@ -1,0 +1,256 @@
+//! Repair: finding the prepares this replica's log lacks and fetching them from peers
+//! (request_prepares, answered with the prepares themselves), and state transfer for a replica
+//! that fell behind the point where its peers' WALs still hold what it needs (request_checkpoint,
+//! answered with a checkpoint).
+//!
+//! What to fetch is decided by the hash chain alone: walking down from the head of the view, each
+//! prepare names its parent's checksum, so a missing or wrong prepare is asked for by (op,
+//! checksum), and any peer's copy that matches is the right one, whoever sends it.
+
+use vireo_io::Io;
+
+use super::{Replica, ReplicaEvent, Status};
+use crate::header::{Command, Message};
+use crate::journal::Entry;
+use crate::state_machine::StateMachine;
+
+/// One (op, checksum) pair of a request_prepares body; checksum 0 asks for the sender's own
+/// prepare of that op in the current view.
+const REPAIR_ENTRY_SIZE: usize = 24;
+
+/// Ticks a backup's commits may stall behind a peer's checkpoint before it asks for state transfer.
+const STATE_TRANSFER_STALL_TICKS: u64 = 100;
+
+pub(super) struct ChainWalk {
+    /// The chain reaches the last executed op.
+    pub complete: bool,
+    /// The lowest op whose header is known but whose body is not.
+    pub lowest_missing_body: Option<u64>,
+    /// (op, checksum) pairs to ask peers for, highest first.
+    pub repair: Vec<(u64, u128)>,
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// Walks the hash chain down from the head to the last executed op.
+    pub(super) fn walk_chain(&self, repair_max: usize) -> ChainWalk {
+        let mut walk = ChainWalk { complete: false, lowest_missing_body: None, repair: Vec::new() };
+        let mut expected = self.op_checksum;
+        let mut op = self.op;
+        while op > self.commit_min {
+            let Some(entry) = self.journal.get_exact(op, expected) else {
+                if walk.repair.len() < repair_max {
+                    walk.repair.push((op, expected));
+                }
+                return walk;
+            };
+            if entry.body.is_none() {
+                walk.lowest_missing_body = Some(op);
+                if walk.repair.len() < repair_max {
+                    walk.repair.push((op, expected));
+                }
+            }
+            expected = entry.header.parent;
+            op -= 1;
+        }
+        if self.status == Status::Normal {
+            assert_eq!(
+                expected, self.commit_min_checksum,
+                "replica {}: the log of view {} does not chain to executed op {}",
+                self.replica, self.view, self.commit_min
+            );
+        }
+        walk.complete = expected == self.commit_min_checksum;
+        walk
+    }
+
+    /// The checksum our chain expects at `op` (between our last executed op and our head).
+    fn expected_checksum(&self, op: u64) -> Option<u128> {
+        assert!(op > self.commit_min && op <= self.op);
+        let mut expected = self.op_checksum;
+        let mut at = self.op;
+        while at > op {
+            expected = self.journal.get_exact(at, expected)?.header.parent;
+            at -= 1;
+        }
+        Some(expected)
+    }
+
+    /// Takes a prepare our log is missing (the header, or only the body). True if it was used.
+    pub(super) fn repair_accept(&mut self, io: &mut impl Io, message: &Message) -> bool {
+        let header = message.header;
+        if self.status == Status::Opening || !header.valid_checksum_body(&message.body) {
+            return false;
+        }
+        if let Some(entry) = self.journal.get_mut(header.op) {
+            if entry.header.checksum == header.checksum {
+                if entry.body.is_some() {
+                    return false;
+                }
+                entry.body = Some(message.body.clone());
+                self.wal_enqueue(io, header.op);
+                return true;
+            }
+        }
+        if self.expected_checksum(header.op) != Some(header.checksum) {
+            return false;
+        }
+        self.journal.insert(Entry { header, body: Some(message.body.clone()), durable: false, writing: false });
+        self.wal_enqueue(io, header.op);
+        true
+    }
+
+    fn repair_allowed(&self) -> bool {
+        self.status == Status::Normal || (self.status == Status::ViewChange && self.start_view_installed)
+    }
+
+    /// Asks peers for what the chain says is missing, and a stalled backup for state transfer.
+    pub(super) fn repair(&mut self, io: &mut impl Io) {
+        if !self.repair_allowed() {
+            return;
+        }
+        let walk = self.walk_chain(self.config.repair_batch_max);
+        if !walk.repair.is_empty() {
+            let mut body = Vec::with_capacity(walk.repair.len() * REPAIR_ENTRY_SIZE);
+            for (op, checksum) in &walk.repair {
+                body.extend_from_slice(&op.to_le_bytes());
+                body.extend_from_slice(&checksum.to_le_bytes());
+            }
+            let mut header = self.header(Command::RequestPrepares);
+            header.count = walk.repair.len() as u32;
+            let message = Message::new(header, body);
+            let peer = self.repair_peer(io);
+            self.send(io, peer, &message);
+        }
+        if self.status == Status::Normal && !self.is_primary() && self.commit_max > self.op {
+            self.request_prepares_after_head(io);
+        }
+        if self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS && self.peer_checkpoint_op > self.commit_min {
+            // Ask the replica that told us of the newest checkpoint, and one more at random in
+            // case that one is gone.
+            let mut header = self.header(Command::RequestCheckpoint);
+            header.commit = self.commit_min;
+            let message = Message::new(header, Vec::new());
+            if self.peer_checkpoint_replica != self.replica {
+                self.send(io, self.peer_checkpoint_replica, &message);
+            }
+            let peer = self.repair_peer(io);
+            if peer != self.peer_checkpoint_replica {
+                self.send(io, peer, &message);
+            }
+            self.commit_stall_ticks = 0;
+        }
+    }
+
+    /// A peer other than us, chosen with seeded randomness so that one dead peer cannot starve
+    /// repair.
+    fn repair_peer(&mut self, io: &mut impl Io) -> u8 {
+        let count = self.replica_count() as u64;
+        assert!(count > 1);
+        let mut peer = (io.random() % count) as u8;
+        if peer == self.replica {
+            peer = (peer + 1) % count as u8;
+        }
+        peer
+    }
+
+    /// Asks the primary for the ops after our head (their checksums are not known yet; in this
+    /// view they can only be the primary's).
+    pub(super) fn request_prepares_after_head(&mut self, io: &mut impl Io) {
+        if self.status != Status::Normal || self.is_primary() {
+            return;
+        }
+        let last = self.commit_max.max(self.op + 1).min(self.op + self.config.repair_batch_max as u64);
+        let mut body = Vec::new();
+        for op in self.op + 1..=last {
+            body.extend_from_slice(&op.to_le_bytes());
+            body.extend_from_slice(&0u128.to_le_bytes());
+        }
+        let mut header = self.header(Command::RequestPrepares);
+        header.count = (last - self.op) as u32;
+        let message = Message::new(header, body);
+        self.send(io, self.primary_of(self.view), &message);
+    }
+
+    pub(super) fn on_request_prepares(&mut self, io: &mut impl Io, message: Message) {
+        let body = &message.body;
+        if body.len() % REPAIR_ENTRY_SIZE != 0 || body.len() / REPAIR_ENTRY_SIZE > self.config.repair_batch_max {
+            return;
+        }
+        for chunk in body.chunks(REPAIR_ENTRY_SIZE) {
+            let op = u64::from_le_bytes(chunk[0..8].try_into().unwrap());
+            let checksum = u128::from_le_bytes(chunk[8..24].try_into().unwrap());
+            let Some(entry) = self.journal.get(op) else { continue };
+            if checksum == 0 {
+                // Only the primary of the view vouches for its ops by op number alone.
+                if self.status != Status::Normal || !self.is_primary() || op > self.op {
+                    continue;
+                }
+            } else if entry.header.checksum != checksum {
+                continue;
+            }
+            let Some(prepare_body) = &entry.body else { continue };
+            let prepare = Message { header: entry.header, body: prepare_body.clone() };
+            self.send(io, message.header.replica, &prepare);
+        }
+    }
+
+    pub(super) fn peer_checkpoint(&mut self, checkpoint_op: u64, replica: u8) {
+        if checkpoint_op > self.peer_checkpoint_op {
+            self.peer_checkpoint_op = checkpoint_op;
+            self.peer_checkpoint_replica = replica;
+        }
+    }
+
+    pub(super) fn on_repair_timeout(&mut self, io: &mut impl Io) {
+        self.repair(io);
+        self.commit_journal(io);
+    }
+
+    pub(super) fn on_request_checkpoint(&mut self, io: &mut impl Io, message: Message) {
+        let Some(checkpoint) = self.checkpoint_durable_snapshot() else { return };
+        if checkpoint.0.op <= message.header.commit {
+            return;
+        }
+        let (record, snapshot) = checkpoint;
+        let mut header = self.header(Command::Checkpoint);
+        header.op = record.op;
+        header.parent = record.checksum;
+        let reply = Message::new(header, snapshot.to_vec());
+        self.send(io, message.header.replica, &reply);
+    }
+
+    /// State transfer: adopt a peer's checkpoint when our commits cannot otherwise catch up.
+    pub(super) fn on_checkpoint(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if !self.repair_allowed() || header.op <= self.commit_min {
+            return;
+        }
+        if header.op > self.commit_max {
+            // Not known committed to us: a checkpoint is always of committed state, but wait for
+            // the commit to be announced rather than trust it.
+            return;
+        }
+        if self.journal.get(header.op).is_some_and(|entry| entry.header.checksum != header.parent) {
+            return;
+        }
+        let Some(snapshot) = super::durability::Snapshot::<S>::decode(&message.body) else { return };
+        if snapshot.op != header.op || snapshot.checksum != header.parent {
+            return;
+        }
+        let op = snapshot.op;
+        self.state_machine = snapshot.state_machine;
+        self.client_table = snapshot.client_table;
+        self.commit_min = op;
+        self.commit_min_checksum = header.parent;
+        if self.op <= op {
+            self.op = op;
+            self.op_checksum = header.parent;
+        }
+        self.journal.retain(op, self.op);
+        self.commit_stall_ticks = 0;
+        self.event(ReplicaEvent::StateTransferred { op });
+        self.checkpoint_write(io, op, header.parent, message.body);
+        self.repair(io);
+        self.commit_journal(io);
+    }
+}

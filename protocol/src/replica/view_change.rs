@@ -1,0 +1,392 @@
+//! View change: start_view_change, do_view_change, start_view, request_start_view.
+//!
+//! The primary of view v is `v % replica_count`: nobody is elected. Backups that stop hearing from
+//! their primary move to view v+1 and say so (start_view_change). A replica that has heard a
+//! view-change quorum of those makes its vote durable (the superblock's `view`) and sends its log
+//! (do_view_change: log_view, op, commit_max and the headers of its uncommitted suffix) to the new
+//! primary. With a quorum of votes the new primary takes the log of the highest log_view, longest
+//! first: every op any replication quorum acknowledged is in it, because every view-change quorum
+//! meets every replication quorum, and a replica votes only with everything it acknowledged. It
+//! makes that log durable, then broadcasts start_view; backups install it, make it durable, and
+//! acknowledge its uncommitted suffix so the new primary can commit it.
+
+use vireo_io::Io;
+use vireo_storage::layout::HEADER_SIZE;
+use vireo_storage::superblock::VIEW_HEADERS_MAX;
+
+use super::{PipelineEntry, Replica, Status};
+use crate::header::{Command, Header, Message};
+use crate::journal::Entry;
+use crate::state_machine::StateMachine;
+
+#[derive(Clone, Debug)]
+pub struct DoViewChangeVote {
+    pub log_view: u32,
+    pub op: u64,
+    pub op_checksum: u128,
+    pub commit_max: u64,
+    /// The voter's log suffix, oldest first, down to its commit_max where it holds it.
+    pub headers: Vec<Header>,
+}
+
+pub fn encode_headers(headers: &[Header]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(headers.len() * HEADER_SIZE);
+    for header in headers {
+        body.extend_from_slice(&header.encode());
+    }
+    body
+}
+
+/// Decodes a list of prepare headers; `None` if any is malformed or not a prepare.
+pub fn decode_headers(body: &[u8]) -> Option<Vec<Header>> {
+    if body.len() % HEADER_SIZE != 0 || body.len() / HEADER_SIZE > VIEW_HEADERS_MAX {
+        return None;
+    }
+    let mut headers = Vec::with_capacity(body.len() / HEADER_SIZE);
+    for chunk in body.chunks(HEADER_SIZE) {
+        let header = Header::decode(chunk).ok()?;
+        if header.command != Command::Prepare || !header.valid_checksum() {
+            return None;
+        }
+        if let Some(previous) = headers.last() {
+            let previous: &Header = previous;
+            if header.op != previous.op + 1 || header.parent != previous.checksum {
+                return None;
+            }
+        }
+        headers.push(header);
+    }
+    Some(headers)
+}
+
+impl<S: StateMachine> Replica<S> {
+    /// The headers of this replica's log suffix: from the head down, contiguous, to the op at
+    /// commit_max (the anchor below the uncommitted part), at most `VIEW_HEADERS_MAX`.
+    pub(super) fn view_headers(&self) -> Vec<Header> {
+        let mut headers = Vec::new();
+        let mut op = self.op;
+        let mut expected = self.op_checksum;
+        while op > 0 && headers.len() < VIEW_HEADERS_MAX {
+            let Some(entry) = self.journal.get_exact(op, expected) else { break };
+            headers.push(entry.header);
+            if op <= self.commit_max {
+                break;
+            }
+            expected = entry.header.parent;
+            op -= 1;
+        }
+        headers.reverse();
+        headers
+    }
+
+    pub(super) fn start_view_change(&mut self, io: &mut impl Io, view: u32) {
+        assert!(view > self.view || (view == self.view && self.status == Status::Recovering));
+        self.view = view;
+        self.set_status(Status::ViewChange);
+        self.start_view_change_votes = 1 << self.replica;
+        self.do_view_change_votes.iter_mut().for_each(|vote| *vote = None);
+        self.do_view_change_sent = false;
+        self.start_view_installed = false;
+        self.pipeline.clear();
+        self.request_queue.clear();
+        self.timeouts_for_status(io);
+        self.superblock_update(io);
+        self.send_start_view_change(io);
+        self.view_change_progress(io);
+    }
+
+    fn send_start_view_change(&mut self, io: &mut impl Io) {
+        let message = Message::new(self.header(Command::StartViewChange), Vec::new());
+        self.send_to_others(io, &message);
+    }
+
+    pub(super) fn on_start_view_change(&mut self, io: &mut impl Io, message: Message) {
+        let view = message.header.view;
+        if view < self.view {
+            return;
+        }
+        let join = match self.status {
+            Status::Opening => false,
+            Status::Recovering => true,
+            // A backup that still hears its primary does not let one partitioned replica disrupt
+            // a working view; a primary never joins on hearsay.
+            Status::Normal => {
+                view > self.view
+                    && !self.is_primary()
+                    && self.primary_silent_ticks * 2 >= self.config.normal_heartbeat_timeout_ticks
+            }
+            Status::ViewChange => view > self.view,
+        };
+        if join {
+            self.start_view_change(io, view);
+        }
+        if self.status == Status::ViewChange && view == self.view {
+            self.start_view_change_votes |= 1 << message.header.replica;
+            self.view_change_progress(io);
+        }
+    }
+
+    pub(super) fn on_do_view_change(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if header.view < self.view || self.primary_of(header.view) != self.replica {
+            return;
+        }
+        if header.log_view > header.view || header.op < header.commit {
+            return;
+        }
+        let Some(headers) = decode_headers(&message.body) else { return };
+        if headers.last().is_some_and(|last| last.op != header.op || last.checksum != header.parent) {
+            return;
+        }
+        if header.view > self.view || self.status != Status::ViewChange {
+            if self.status == Status::Opening || (header.view == self.view && self.status == Status::Normal) {
+                return;
+            }
+            self.start_view_change(io, header.view);
+        }
+        self.peer_checkpoint(header.checkpoint_op, header.replica);
+        if self.start_view_installed {
+            return;
+        }
+        self.do_view_change_votes[header.replica as usize] = Some(DoViewChangeVote {
+            log_view: header.log_view,
+            op: header.op,
+            op_checksum: header.parent,
+            commit_max: header.commit,
+            headers,
+        });
+        self.view_change_progress(io);
+    }
+
+    fn own_vote(&self) -> DoViewChangeVote {
+        DoViewChangeVote {
+            log_view: self.log_view,
+            op: self.op,
+            op_checksum: self.op_checksum,
+            commit_max: self.commit_max,
+            headers: self.view_headers(),
+        }
+    }
+
+    /// Moves a view change along as far as votes and durability allow.
+    pub(super) fn view_change_progress(&mut self, io: &mut impl Io) {
+        if self.status != Status::ViewChange {
+            return;
+        }
+        let primary = self.primary_of(self.view) == self.replica;
+        let start_view_change_quorum = self.start_view_change_votes.count_ones() as usize
+            >= self.config.quorum_view_change()
+            || self.do_view_change_votes.iter().any(Option::is_some);
+        if start_view_change_quorum && !self.do_view_change_sent && self.view_durable() {
+            self.do_view_change_sent = true;
+            if primary {
+                self.do_view_change_votes[self.replica as usize] = Some(self.own_vote());
+            } else {
+                self.send_do_view_change(io);
+            }
+        }
+        if primary && !self.start_view_installed {
+            let votes = self.do_view_change_votes.iter().flatten().count();
+            if votes >= self.config.quorum_view_change() && self.do_view_change_votes[self.replica as usize].is_some() {
+                self.install_canonical_log(io);
+            }
+        }
+        if primary && self.start_view_installed && self.log_view_durable() {
+            self.become_primary(io);
+        }
+    }
+
+    fn send_do_view_change(&mut self, io: &mut impl Io) {
+        let vote = self.own_vote();
+        let mut header = self.header(Command::DoViewChange);
+        header.log_view = vote.log_view;
+        header.op = vote.op;
+        header.parent = vote.op_checksum;
+        header.commit = vote.commit_max;
+        header.checkpoint_op = self.superblock_durable().checkpoint_op;
+        header.count = vote.headers.len() as u32;
+        let message = Message::new(header, encode_headers(&vote.headers));
+        self.send(io, self.primary_of(self.view), &message);
+    }
+
+    /// The new primary adopts the log of the votes with the highest log_view, the longest of
+    /// them, and the highest commit_max any vote knows.
+    fn install_canonical_log(&mut self, io: &mut impl Io) {
+        let votes: Vec<&DoViewChangeVote> = self.do_view_change_votes.iter().flatten().collect();
+        let log_view_max = votes.iter().map(|vote| vote.log_view).max().expect("a quorum of votes");
+        let best = votes
+            .iter()
+            .filter(|vote| vote.log_view == log_view_max)
+            .max_by_key(|vote| vote.op)
+            .expect("a vote with the highest log_view");
+        let commit_max = votes.iter().map(|vote| vote.commit_max).max().expect("votes");
+        assert!(best.op >= commit_max, "canonical head {} below a known commit {}", best.op, commit_max);
+        assert!(best.op >= self.commit_min, "canonical head {} below our executed op {}", best.op, self.commit_min);
+        let (op, op_checksum, headers) = (best.op, best.op_checksum, best.headers.clone());
+        for vote in &votes {
+            // Votes of the same log_view come from one primary's log: they agree where they meet.
+            if vote.log_view == log_view_max {
+                for header in &vote.headers {
+                    if let Some(canonical) = headers.iter().find(|canonical| canonical.op == header.op) {
+                        assert_eq!(canonical.checksum, header.checksum, "two logs in view {log_view_max}");
+                    }
+                }
+            }
+        }
+        self.install_log(io, op, op_checksum, &headers, commit_max);
+        self.start_view_installed = true;
+        self.superblock_update(io);
+    }
+
+    /// Replaces our log by a view's log (its head and suffix headers); ops above it are dropped.
+    fn install_log(&mut self, io: &mut impl Io, op: u64, op_checksum: u128, headers: &[Header], commit_max: u64) {
+        assert!(op >= self.commit_min);
+        for header in headers {
+            if header.op <= self.commit_min {
+                continue;
+            }
+            if self.journal.get_exact(header.op, header.checksum).is_none() {
+                self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false });
+            }
+        }
+        self.journal.retain(0, op);
+        for stale in op + 1..=self.op {
+            self.journal.remove(stale);
+        }
+        self.op = op;
+        self.op_checksum = if op == self.commit_min { self.commit_min_checksum } else { op_checksum };
+        self.log_view = self.view;
+        self.commit_max_advance(commit_max);
+        let _ = io;
+    }
+
+    fn become_primary(&mut self, io: &mut impl Io) {
+        assert!(self.start_view_installed);
+        self.set_status(Status::Normal);
+        self.start_view_installed = false;
+        self.pipeline.clear();
+        for op in self.commit_max + 1..=self.op {
+            let checksum = self.journal.get(op).map(|entry| entry.header.checksum).unwrap_or(0);
+            self.pipeline.push_back(PipelineEntry { op, checksum, acks: 0 });
+        }
+        if let Some(head) = self.journal.get(self.op) {
+            self.timestamp_last = self.timestamp_last.max(head.header.timestamp);
+        }
+        self.timeouts_for_status(io);
+        self.send_start_view(io, None);
+        self.repair(io);
+        self.primary_commit(io);
+    }
+
+    /// Sends this view's start_view to one replica, or to all.
+    pub(super) fn send_start_view(&mut self, io: &mut impl Io, to: Option<u8>) {
+        let headers = self.view_headers();
+        let mut header = self.header(Command::StartView);
+        header.log_view = self.log_view;
+        header.op = self.op;
+        header.parent = self.op_checksum;
+        header.commit = self.commit_max;
+        header.checkpoint_op = self.superblock_durable().checkpoint_op;
+        header.count = headers.len() as u32;
+        let message = Message::new(header, encode_headers(&headers));
+        match to {
+            Some(to) => self.send(io, to, &message),
+            None => self.send_to_others(io, &message),
+        }
+    }
+
+    pub(super) fn on_start_view(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if self.status == Status::Opening || header.view < self.view {
+            return;
+        }
+        if header.view == self.view && self.status == Status::Normal {
+            return;
+        }
+        if header.replica != self.primary_of(header.view) || header.op < header.commit {
+            return;
+        }
+        let Some(headers) = decode_headers(&message.body) else { return };
+        if headers.last().is_some_and(|last| last.op != header.op || last.checksum != header.parent) {
+            return;
+        }
+        if header.op < self.commit_min {
+            // A start_view from before our own commits: stale, and not this view's final word.
+            return;
+        }
+        self.view = header.view;
+        self.install_log(io, header.op, header.parent, &headers, header.commit);
+        self.peer_checkpoint(header.checkpoint_op, header.replica);
+        self.set_status(Status::Normal);
+        self.do_view_change_sent = false;
+        self.start_view_installed = false;
+        self.pipeline.clear();
+        self.request_queue.clear();
+        self.timeouts_for_status(io);
+        self.superblock_update(io);
+        self.send_prepare_oks(io);
+        self.repair(io);
+        self.commit_journal(io);
+    }
+
+    pub(super) fn on_request_start_view(&mut self, io: &mut impl Io, message: Message) {
+        if self.status == Status::Normal && self.is_primary() && message.header.view <= self.view {
+            self.send_start_view(io, Some(message.header.replica));
+        }
+    }
+
+    /// We saw a message of a view newer than ours: we missed its view change. Ask its primary for
+    /// the view's log instead of acting on ours.
+    pub(super) fn jump_to_newer_view(&mut self, io: &mut impl Io, view: u32) {
+        assert!(view > self.view);
+        self.view = view;
+        self.set_status(Status::Recovering);
+        self.pipeline.clear();
+        self.request_queue.clear();
+        self.timeouts_for_status(io);
+        self.send_request_start_view(io);
+    }
+
+    fn send_request_start_view(&mut self, io: &mut impl Io) {
+        let message = Message::new(self.header(Command::RequestStartView), Vec::new());
+        let primary = self.primary_of(self.view);
+        if primary == self.replica {
+            return;
+        }
+        self.send(io, primary, &message);
+    }
+
+    pub(super) fn on_view_change_message_timeout(&mut self, io: &mut impl Io) {
+        if self.status != Status::ViewChange {
+            return;
+        }
+        self.send_start_view_change(io);
+        if self.do_view_change_sent && self.primary_of(self.view) != self.replica {
+            self.send_do_view_change(io);
+        }
+    }
+
+    pub(super) fn on_view_change_status_timeout(&mut self, io: &mut impl Io) {
+        if self.status != Status::ViewChange {
+            return;
+        }
+        self.start_view_change(io, self.view + 1);
+    }
+
+    pub(super) fn on_request_start_view_timeout(&mut self, io: &mut impl Io) {
+        if self.status != Status::Recovering {
+            return;
+        }
+        if self.timeout_request_start_view.attempts >= 4 || self.primary_of(self.view) == self.replica {
+            // Nobody answers for this view: a view change will find out what the cluster holds.
+            let view = if self.primary_of(self.view) == self.replica && self.replica_count() > 1 {
+                self.view + 1
+            } else {
+                self.view
+            };
+            self.start_view_change(io, view.max(self.view));
+            return;
+        }
+        self.send_request_start_view(io);
+    }
+}

@@ -1,0 +1,20 @@
+//! What a replica replicates: any deterministic state machine over committed requests.
+
+/// A deterministic state machine. Every replica applies the same requests in the same order and
+/// must reach the same state: nothing here may read a clock, a file or a random source.
+pub trait StateMachine: Sized {
+    /// Applies one committed request and returns its reply body.
+    fn apply(&mut self, op: u64, timestamp: u64, client: u128, operation: u8, body: &[u8]) -> Vec<u8>;
+
+    /// A digest of the whole state, compared across replicas by the simulator.
+    fn digest(&self) -> u64;
+
+    /// The whole state, for a checkpoint.
+    fn snapshot(&self) -> Vec<u8>;
+
+    /// The state a snapshot describes; `None` when the bytes are not a snapshot.
+    fn restore(snapshot: &[u8]) -> Option<Self>;
+
+    /// A fresh, empty state.
+    fn empty() -> Self;
+}

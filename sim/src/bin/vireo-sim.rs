@@ -1,0 +1,188 @@
+//! `vireo-sim`: run one seed, sweep many, or replay a seed file.
+//!
+//! Exit codes: 0 pass, 127 panic or assertion, 128 liveness, 129 correctness (a sweep exits 1 if
+//! any seed failed, 2 on bad arguments).
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand};
+use vireo_sim::run::{install_panic_hook, run_seed, run_traced, RunReport};
+use vireo_sim::scenario::{FaultLevel, Overrides};
+use vireo_sim::seeds;
+
+#[derive(Parser)]
+#[command(name = "vireo-sim", about = "Vireo's deterministic cluster simulator")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Clone)]
+struct OverrideArgs {
+    /// Replica count (1..=6) instead of the seed's draw.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
+    replicas: Option<u8>,
+    /// Client count (1..=8) instead of the seed's draw.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=8))]
+    clients: Option<u8>,
+    /// Fault level: none, default or heavy, instead of the seed's draw.
+    #[arg(long, value_parser = parse_faults)]
+    faults: Option<FaultLevel>,
+    /// Requests per client instead of the seed's draw.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    requests: Option<u64>,
+}
+
+fn parse_faults(text: &str) -> Result<FaultLevel, String> {
+    FaultLevel::parse(text).ok_or_else(|| format!("unknown fault level {text:?}: expected none, default or heavy"))
+}
+
+impl OverrideArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides { replicas: self.replicas, clients: self.clients, faults: self.faults, requests: self.requests }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one seed and print its scenario, outcome, speed and trace hash.
+    Run {
+        #[arg(long)]
+        seed: u64,
+        /// Print the run's readable trace (every replica message, commit and status change).
+        #[arg(long)]
+        trace: bool,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// Run seeds start..start+seeds on every core; print each failure's replay command.
+    Sweep {
+        #[arg(long)]
+        seeds: u64,
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// Worker threads (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        #[command(flatten)]
+        overrides: OverrideArgs,
+    },
+    /// Replay a seed file from seeds/.
+    Replay { file: std::path::PathBuf },
+}
+
+fn replay_command(seed: u64, overrides: &Overrides) -> String {
+    format!("cargo run --release -p vireo-sim -- run --seed {seed}{}", overrides.arguments())
+}
+
+fn print_report(report: &RunReport) {
+    println!(
+        "outcome={} ticks={} simulated_s={:.1} events={} commits={} replies_checked={} crashes={} partitions={} disk_faults={}",
+        if report.exit_code == 0 { "passed" } else { "failed" },
+        report.ticks,
+        report.simulated_ns as f64 / 1e9,
+        report.events,
+        report.commits,
+        report.replies_checked,
+        report.crashes,
+        report.partitions,
+        report.disk_faults,
+    );
+    if report.exit_code != 0 {
+        println!("failure (exit {}): {}", report.exit_code, report.message);
+    }
+    println!("speedup={:.0}x ticks_per_second={:.0} wall_s={:.3}", report.speedup(), report.ticks_per_second(), report.wall_seconds);
+    println!("trace_hash={:016x}", report.trace_hash);
+}
+
+fn run_one(seed: u64, overrides: &Overrides, trace: bool) -> ExitCode {
+    let (scenario, _) = vireo_sim::run::scenario_for(seed, overrides);
+    println!("scenario {scenario}");
+    let report = if trace {
+        run_traced(seed, overrides)
+    } else {
+        run_seed(seed, overrides, None)
+    };
+    print_report(&report);
+    if report.exit_code != 0 {
+        eprintln!("replay: {}", replay_command(seed, overrides));
+    }
+    ExitCode::from(report.exit_code as u8)
+}
+
+fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides) -> ExitCode {
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let failures: Mutex<Vec<RunReport>> = Mutex::new(Vec::new());
+    let started = Instant::now();
+    eprintln!("sweeping seeds {start}..{} on {jobs} jobs", start + seeds);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= seeds {
+                    break;
+                }
+                let seed = start + index;
+                let report = run_seed(seed, overrides, None);
+                if report.exit_code != 0 {
+                    eprintln!(
+                        "FAIL seed {seed} exit {}: {}\n  scenario {}\n  replay: {}",
+                        report.exit_code,
+                        report.message,
+                        report.scenario,
+                        replay_command(seed, overrides)
+                    );
+                    failures.lock().expect("no poisoning: workers catch panics").push(report);
+                }
+                let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if finished % 100 == 0 || finished == seeds {
+                    let failed = failures.lock().expect("no poisoning").len();
+                    eprintln!("{finished}/{seeds} seeds, {failed} failed, {:.0}s", started.elapsed().as_secs_f64());
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().expect("no poisoning");
+    for report in &failures {
+        println!("failed seed {} (exit {}): replay with: {}", report.seed, report.exit_code, replay_command(report.seed, overrides));
+    }
+    println!("wall_s={:.1}", started.elapsed().as_secs_f64());
+    println!("{} passed, {} failed", seeds - failures.len() as u64, failures.len());
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn main() -> ExitCode {
+    install_panic_hook();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { seed, trace, overrides } => run_one(seed, &overrides.overrides(), trace),
+        Command::Sweep { seeds, start, jobs, overrides } => sweep(seeds, start, jobs, &overrides.overrides()),
+        Command::Replay { file } => {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(text) => text,
+                Err(error) => {
+                    eprintln!("cannot read {}: {error}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            let seed_file = match seeds::parse(&text) {
+                Ok(seed_file) => seed_file,
+                Err(error) => {
+                    eprintln!("{}: {error}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            println!("replaying {} ({})", file.display(), seed_file.bug);
+            run_one(seed_file.seed, &seed_file.overrides, false)
+        }
+    }
+}

@@ -1,0 +1,687 @@
+//! The cluster harness: N replicas of the real `Replica` code, their simulated disks, the
+//! simulated network and clients, driven by one event queue on virtual time.
+//!
+//! A run has two phases. The safety phase injects every fault the scenario allows: crashes at any
+//! event, partitions, clogs, loss, duplication, disk faults. The liveness phase heals the network,
+//! restarts every replica and stops injecting faults; then every client request must be answered
+//! and every replica must converge on the same commit within `liveness_ticks_max`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt::Write as _;
+
+use vireo_io::{Completion, FileId, Io, Peer, Token, TICK_NS};
+use vireo_protocol::config::Bug;
+use vireo_protocol::header::{Command, Header};
+use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
+use vireo_storage::checksum::checksum64;
+use vireo_storage::layout::WalLayout;
+
+use crate::checker::Checker;
+use crate::client::{new_client_id, Observation, SimClient};
+use crate::disk::{SimDisk, Zone};
+use crate::network::Network;
+use crate::register_log::RegisterLog;
+use crate::rng::SimRng;
+use crate::scenario::{FaultRates, Scenario};
+
+/// The simulator's cluster id: every replica and message of a run carries it.
+pub const CLUSTER: u128 = 0x5649_5245_4f;
+/// Prepares in the simulator are small: a batch of tiny appends.
+const PREPARE_SIZE_MAX: u64 = 8 * 1024;
+const SNAPSHOT_SIZE_MAX: u64 = 512 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    /// Exit code 128.
+    Liveness(String),
+    /// Exit code 129.
+    Correctness(String),
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Passed => 0,
+            Outcome::Liveness(_) => 128,
+            Outcome::Correctness(_) => 129,
+        }
+    }
+}
+
+enum DiskRequest {
+    Write { id: u64 },
+    Read { file: FileId, offset: u64, len: usize },
+    Sync { file: FileId },
+}
+
+enum Event {
+    Tick,
+    Deliver { to: Peer, from: Peer, bytes: Vec<u8> },
+    Complete { replica: u8, incarnation: u64, request: DiskRequest, token: Token },
+}
+
+struct Queued {
+    time: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        (self.time, self.seq) == (other.time, other.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.time, self.seq).cmp(&(other.time, other.seq))
+    }
+}
+
+#[derive(Default)]
+struct EventQueue {
+    heap: BinaryHeap<Reverse<Queued>>,
+    seq: u64,
+}
+
+impl EventQueue {
+    fn push(&mut self, time: u64, event: Event) {
+        self.seq += 1;
+        self.heap.push(Reverse(Queued { time, seq: self.seq, event }));
+    }
+}
+
+struct Node {
+    replica: Option<Replica<RegisterLog>>,
+    disk: SimDisk,
+    incarnation: u64,
+    restart_at_tick: Option<u64>,
+    crashes: u64,
+}
+
+/// One replica's view of the world: the `Io` the real replica code runs on.
+struct SimIo<'a> {
+    now: u64,
+    replica: u8,
+    incarnation: u64,
+    disk: &'a mut SimDisk,
+    rng: &'a mut SimRng,
+    network: &'a Network,
+    rates: &'a FaultRates,
+    queue: &'a mut EventQueue,
+    disk_faults: bool,
+}
+
+impl SimIo<'_> {
+    fn latency(&mut self, min_ns: u64, max_ns: u64) -> u64 {
+        let latency = self.rng.range(min_ns, max_ns);
+        if self.disk_faults && self.rng.chance(self.rates.slow_disk_ppm) {
+            latency * 20
+        } else {
+            latency
+        }
+    }
+
+    fn complete(&mut self, latency: u64, request: DiskRequest, token: Token) {
+        let event = Event::Complete { replica: self.replica, incarnation: self.incarnation, request, token };
+        self.queue.push(self.now + latency, event);
+    }
+}
+
+impl Io for SimIo<'_> {
+    fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn send(&mut self, to: Peer, message: Vec<u8>) {
+        let from = Peer::Replica(self.replica);
+        let delays = self.network.route(from, to, self.rng, self.rates);
+        for delay in delays {
+            self.queue.push(self.now + delay, Event::Deliver { to, from, bytes: message.clone() });
+        }
+    }
+
+    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
+        let latency = self.latency(20_000, 100_000);
+        self.complete(latency, DiskRequest::Read { file, offset, len }, token);
+    }
+
+    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+        let id = self.disk.submit_write(file, offset, bytes);
+        let latency = self.latency(20_000, 200_000);
+        self.complete(latency, DiskRequest::Write { id }, token);
+    }
+
+    fn sync(&mut self, file: FileId, token: Token) {
+        // fdatasync costs about 4 ms on our machines.
+        let latency = self.latency(1_000_000, 4_000_000);
+        self.complete(latency, DiskRequest::Sync { file }, token);
+    }
+
+    fn random(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+}
+
+pub struct Cluster {
+    pub scenario: Scenario,
+    rng: SimRng,
+    now: u64,
+    pub tick: u64,
+    queue: EventQueue,
+    nodes: Vec<Node>,
+    network: Network,
+    clients: Vec<SimClient>,
+    pub checker: Checker,
+    configs: Vec<Config>,
+    /// The scenario's rates with every fault zeroed, for when faults are off.
+    quiet: FaultRates,
+    /// Faults are injected (the safety phase) or not (the liveness phase, scripted tests).
+    faults: bool,
+    liveness_started_tick: Option<u64>,
+    trace: Option<Vec<String>>,
+    print_trace: bool,
+    trace_hash: u64,
+    pub events_processed: u64,
+    max_down: usize,
+}
+
+impl Cluster {
+    pub fn new(scenario: Scenario, rng: SimRng, bug: Option<Bug>) -> Cluster {
+        let n = scenario.replica_count;
+        let mut config = Config::new(CLUSTER, n);
+        config.journal_slots = scenario.journal_slots;
+        config.prepare_size_max = PREPARE_SIZE_MAX;
+        config.prepare_queue_max = scenario.prepare_queue_max;
+        config.clients_max = scenario.clients_max;
+        config.batch_requests_max = 8;
+        config.request_queue_max = 16;
+        config.snapshot_size_max = SNAPSHOT_SIZE_MAX;
+        config.bug = bug;
+        let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
+        let mut rng = rng;
+        let nodes = (0..n)
+            .map(|index| {
+                let fault_zone = (index < scenario.faults.faulty_disks)
+                    .then(|| if rng.below(2) == 0 { Zone::WalHeaders } else { Zone::WalPrepares });
+                Node { replica: None, disk: SimDisk::new(layout, fault_zone), incarnation: 0, restart_at_tick: None, crashes: 0 }
+            })
+            .collect();
+        let clients = (0..scenario.client_count)
+            .map(|_| SimClient::new(new_client_id(&mut rng), scenario.requests_per_client))
+            .collect();
+        let faults = scenario.fault_level != crate::scenario::FaultLevel::None;
+        let max_down = (n as usize / 2).max(1);
+        let mut cluster = Cluster {
+            checker: Checker::new(scenario.clients_max),
+            configs: vec![config; n as usize],
+            quiet: quiet_rates(&scenario.faults),
+            scenario,
+            rng,
+            now: 0,
+            tick: 0,
+            queue: EventQueue::default(),
+            nodes,
+            network: Network::new(n as usize),
+            clients,
+            faults,
+            liveness_started_tick: None,
+            trace: None,
+            print_trace: false,
+            trace_hash: 0,
+            events_processed: 0,
+            max_down,
+        };
+        cluster.network.faults_enabled = faults;
+        for replica in 0..n {
+            cluster.start_replica(replica);
+        }
+        cluster.queue.push(TICK_NS, Event::Tick);
+        cluster
+    }
+
+    /// Records a readable trace of the run (for snapshot tests).
+    pub fn enable_trace(&mut self) {
+        self.trace = Some(Vec::new());
+    }
+
+    pub fn trace_lines(&self) -> &[String] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    pub fn trace_hash(&self) -> u64 {
+        self.trace_hash
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    pub fn replica(&self, index: u8) -> Option<&Replica<RegisterLog>> {
+        self.nodes[index as usize].replica.as_ref()
+    }
+
+    pub fn clients(&self) -> &[SimClient] {
+        &self.clients
+    }
+
+    /// Stops injecting random faults (scripted scenarios inject their own).
+    pub fn disable_faults(&mut self) {
+        self.faults = false;
+        self.network.heal();
+    }
+
+    /// Prints trace lines as they happen instead of keeping them.
+    pub fn print_trace(&mut self) {
+        self.print_trace = true;
+    }
+
+    fn log(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            let line = format!("{:>8.3}s {}", self.now as f64 / 1e9, line());
+            if self.print_trace {
+                println!("{line}");
+            } else {
+                trace.push(line);
+            }
+        }
+    }
+
+    fn hash(&mut self, parts: &[u64]) {
+        let mut bytes = Vec::with_capacity(8 + parts.len() * 8);
+        bytes.extend_from_slice(&self.trace_hash.to_le_bytes());
+        for part in parts {
+            bytes.extend_from_slice(&part.to_le_bytes());
+        }
+        self.trace_hash = checksum64(&bytes);
+    }
+
+    fn with_replica(&mut self, index: u8, action: impl FnOnce(&mut Replica<RegisterLog>, &mut SimIo)) -> Result<(), String> {
+        let node = &mut self.nodes[index as usize];
+        let Some(replica) = node.replica.as_mut() else { return Ok(()) };
+        let mut io = SimIo {
+            now: self.now,
+            replica: index,
+            incarnation: node.incarnation,
+            disk: &mut node.disk,
+            rng: &mut self.rng,
+            network: &self.network,
+            rates: &self.scenario.faults,
+            queue: &mut self.queue,
+            disk_faults: self.faults,
+        };
+        action(replica, &mut io);
+        self.drain_events(index)
+    }
+
+    fn drain_events(&mut self, index: u8) -> Result<(), String> {
+        loop {
+            let node = &mut self.nodes[index as usize];
+            let Some(replica) = node.replica.as_mut() else { return Ok(()) };
+            let Some(event) = replica.poll_event() else { return Ok(()) };
+            match &event {
+                ReplicaEvent::Committed { op, checksum, digest } => {
+                    let body = replica.prepare_body(*op, *checksum).map(<[u8]>::to_vec);
+                    self.hash(&[1, index as u64, *op, *checksum as u64, *digest]);
+                    self.checker.on_commit(index, *op, *checksum, *digest, body.as_deref())?;
+                }
+                ReplicaEvent::StatusChanged { status, view } => {
+                    self.hash(&[2, index as u64, *view as u64, *status as u64]);
+                }
+                _ => {}
+            }
+            if self.trace.is_some() {
+                let line = match &event {
+                    ReplicaEvent::Committed { op, .. } => format!("r{index} committed op={op}"),
+                    ReplicaEvent::StatusChanged { status, view } => format!("r{index} status={status:?} view={view}"),
+                    ReplicaEvent::Opened { view, log_view, op, commit_min, formatted } => format!(
+                        "r{index} opened view={view} log_view={log_view} op={op} commit_min={commit_min}{}",
+                        if *formatted { " (formatted)" } else { "" }
+                    ),
+                    ReplicaEvent::CheckpointDurable { op } => format!("r{index} checkpoint op={op}"),
+                    ReplicaEvent::StateTransferred { op } => format!("r{index} state transfer to op={op}"),
+                };
+                self.log(|| line);
+            }
+        }
+    }
+
+    fn start_replica(&mut self, index: u8) {
+        let config = self.configs[index as usize].clone();
+        let node = &mut self.nodes[index as usize];
+        node.restart_at_tick = None;
+        let mut io = SimIo {
+            now: self.now,
+            replica: index,
+            incarnation: node.incarnation,
+            disk: &mut node.disk,
+            rng: &mut self.rng,
+            network: &self.network,
+            rates: &self.scenario.faults,
+            queue: &mut self.queue,
+            disk_faults: self.faults,
+        };
+        node.replica = Some(Replica::open(config, index, &mut io));
+    }
+
+    /// Power loss on one replica: its process state is gone, its disk keeps what was synced.
+    pub fn crash(&mut self, index: u8) {
+        let node = &mut self.nodes[index as usize];
+        if node.replica.is_none() {
+            return;
+        }
+        node.replica = None;
+        node.incarnation += 1;
+        node.crashes += 1;
+        node.disk.crash(&mut self.rng);
+        let restart = self.rng.range(
+            self.scenario.faults.restart_ticks_min.max(1),
+            self.scenario.faults.restart_ticks_max.max(self.scenario.faults.restart_ticks_min.max(1)),
+        );
+        self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
+        self.hash(&[3, index as u64]);
+        self.log(|| format!("r{index} crashed"));
+    }
+
+    pub fn restart(&mut self, index: u8) {
+        if self.nodes[index as usize].replica.is_some() {
+            return;
+        }
+        self.log(|| format!("r{index} restarting"));
+        self.start_replica(index);
+        let _ = self.drain_events(index);
+    }
+
+    fn maybe_crash(&mut self, index: u8) {
+        if !self.faults || self.liveness_started_tick.is_some() {
+            return;
+        }
+        if !self.rng.chance(self.scenario.faults.crash_ppm) {
+            return;
+        }
+        let down = self.nodes.iter().filter(|node| node.replica.is_none()).count();
+        if down < self.max_down {
+            self.crash(index);
+        }
+    }
+
+    /// Processes the next event. Errors are checker violations.
+    pub fn step(&mut self) -> Result<(), String> {
+        let Some(Reverse(queued)) = self.queue.heap.pop() else {
+            panic!("the event queue never empties: ticks reschedule themselves");
+        };
+        self.now = queued.time;
+        self.events_processed += 1;
+        match queued.event {
+            Event::Tick => {
+                self.hash(&[4, self.tick]);
+                self.on_tick()?;
+                self.queue.push(self.now + TICK_NS, Event::Tick);
+            }
+            Event::Deliver { to, from, bytes } => {
+                self.hash(&[5, peer_id(to), peer_id(from), checksum64(&bytes)]);
+                match to {
+                    Peer::Replica(index) => {
+                        if self.nodes[index as usize].replica.is_some() {
+                            if self.trace.is_some() {
+                                self.trace_message(from, to, &bytes);
+                            }
+                            self.with_replica(index, |replica, io| replica.on_message(io, &bytes))?;
+                            self.maybe_crash(index);
+                        }
+                    }
+                    Peer::Client(id) => self.deliver_to_client(id, &bytes)?,
+                }
+            }
+            Event::Complete { replica, incarnation, request, token } => {
+                let stale = {
+                    let node = &self.nodes[replica as usize];
+                    node.incarnation != incarnation || node.replica.is_none()
+                };
+                if stale {
+                    return Ok(());
+                }
+                self.hash(&[6, replica as u64, token.0]);
+                let node = &mut self.nodes[replica as usize];
+                let rates = if self.faults { &self.scenario.faults } else { &self.quiet };
+                let completion = match request {
+                    DiskRequest::Write { id } => Completion::Write { token, result: node.disk.complete_write(id, &mut self.rng, rates) },
+                    DiskRequest::Read { file, offset, len } => {
+                        Completion::Read { token, result: node.disk.read(file, offset, len, &mut self.rng, rates) }
+                    }
+                    DiskRequest::Sync { file } => {
+                        node.disk.sync(file);
+                        Completion::Sync { token, result: Ok(()) }
+                    }
+                };
+                self.with_replica(replica, |replica, io| replica.on_completion(io, completion))?;
+                self.maybe_crash(replica);
+            }
+        }
+        Ok(())
+    }
+
+    fn trace_message(&mut self, from: Peer, to: Peer, bytes: &[u8]) {
+        let Ok(header) = Header::decode(bytes) else { return };
+        let detail = match header.command {
+            Command::Prepare => format!("view={} op={} commit={}", header.view, header.op, header.commit),
+            Command::PrepareOk => format!("view={} op={}", header.view, header.op),
+            Command::Commit => format!("view={} commit={}", header.view, header.commit),
+            Command::DoViewChange => format!("view={} log_view={} op={} commit={}", header.view, header.log_view, header.op, header.commit),
+            Command::StartView => format!("view={} op={} commit={}", header.view, header.op, header.commit),
+            Command::Request => format!("request={} operation={}", header.request, header.operation),
+            _ => format!("view={}", header.view),
+        };
+        let (from, to) = (short_peer(from), short_peer(to));
+        self.log(|| format!("{from} -> {to} {} {detail}", header.command.name()));
+    }
+
+    fn deliver_to_client(&mut self, id: u128, bytes: &[u8]) -> Result<(), String> {
+        let Some(index) = self.clients.iter().position(|client| client.id == id) else { return Ok(()) };
+        let observation = self.clients[index].on_message(bytes);
+        match observation {
+            Observation::Registered { client, session } => {
+                self.log(|| format!("c{index} registered session={session}"));
+                self.checker.on_register_reply(client, session)?;
+            }
+            Observation::Replied { client, session, request, op, body } => {
+                self.log(|| format!("c{index} reply request={request} op={op}"));
+                self.checker.on_reply(client, session, request, op, body)?;
+            }
+            Observation::Evicted { .. } => {
+                let id = new_client_id(&mut self.rng);
+                self.log(|| format!("c{index} evicted"));
+                self.clients[index].restart_as(id);
+            }
+            Observation::Nothing => {}
+        }
+        Ok(())
+    }
+
+    fn on_tick(&mut self) -> Result<(), String> {
+        self.tick += 1;
+        let rates = if self.faults { &self.scenario.faults } else { &self.quiet };
+        self.network.tick(self.tick, &mut self.rng, rates);
+        for index in 0..self.scenario.replica_count {
+            let node = &self.nodes[index as usize];
+            match node.replica {
+                None => {
+                    if node.restart_at_tick.is_some_and(|at| at <= self.tick) {
+                        self.restart(index);
+                    }
+                }
+                Some(_) => {
+                    self.with_replica(index, |replica, io| replica.tick(io))?;
+                    self.maybe_crash(index);
+                }
+            }
+        }
+        let replica_count = self.scenario.replica_count;
+        for index in 0..self.clients.len() {
+            if let Some((to, bytes)) = self.clients[index].tick(self.tick, &mut self.rng, replica_count) {
+                let from = Peer::Client(self.clients[index].id);
+                let rates = if self.faults { &self.scenario.faults } else { &self.quiet };
+                for delay in self.network.route(from, to, &mut self.rng, rates) {
+                    self.queue.push(self.now + delay, Event::Deliver { to, from, bytes: bytes.clone() });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the liveness phase: heal everything, restart everyone, stop injecting faults.
+    pub fn start_liveness(&mut self) {
+        self.liveness_started_tick = Some(self.tick);
+        self.faults = false;
+        self.network.heal();
+        for index in 0..self.scenario.replica_count {
+            self.restart(index);
+        }
+        self.log(|| "liveness phase: network healed, all replicas up".to_string());
+    }
+
+    /// Every client is done and every replica has executed the same, final commit.
+    pub fn converged(&self) -> bool {
+        if !self.clients.iter().all(SimClient::done) {
+            return false;
+        }
+        let replicas: Vec<&Replica<RegisterLog>> = self.nodes.iter().filter_map(|node| node.replica.as_ref()).collect();
+        if replicas.len() != self.nodes.len() {
+            return false;
+        }
+        let commit = replicas.iter().map(|replica| replica.commit_max()).max().unwrap_or(0);
+        replicas.iter().all(|replica| {
+            replica.status() == Status::Normal && replica.commit_min() == commit && replica.view() == replicas[0].view()
+        })
+    }
+
+    /// Runs the whole scenario: safety phase, liveness phase, final checks.
+    pub fn run(&mut self) -> Outcome {
+        match self.run_inner() {
+            Ok(outcome) => outcome,
+            Err(violation) => Outcome::Correctness(violation),
+        }
+    }
+
+    fn run_inner(&mut self) -> Result<Outcome, String> {
+        while self.tick < self.scenario.safety_ticks {
+            self.step()?;
+        }
+        self.start_liveness();
+        let deadline = self.tick + self.scenario.liveness_ticks_max;
+        while !self.converged() {
+            if self.tick >= deadline {
+                return Ok(Outcome::Liveness(self.liveness_report()));
+            }
+            self.step()?;
+        }
+        self.final_checks()?;
+        Ok(Outcome::Passed)
+    }
+
+    fn final_checks(&mut self) -> Result<(), String> {
+        self.checker.finish()?;
+        for node in &self.nodes {
+            let replica = node.replica.as_ref().expect("converged: all up");
+            let op = replica.commit_min();
+            let digest = replica.state_machine().digest();
+            match self.checker.digest_at(op) {
+                Some(expected) if expected == digest => {}
+                other => {
+                    return Err(format!(
+                        "replica {} ends at op {op} with digest {digest:016x}, history says {other:?}",
+                        replica.replica()
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn liveness_report(&self) -> String {
+        let mut report = String::from("no convergence within the liveness bound:");
+        for node in &self.nodes {
+            match &node.replica {
+                None => report.push_str(" [down]"),
+                Some(replica) => {
+                    let _ = write!(
+                        report,
+                        " [r{} {:?} view={} log_view={} op={} commit_min={} commit_max={}]",
+                        replica.replica(),
+                        replica.status(),
+                        replica.view(),
+                        replica.log_view(),
+                        replica.op(),
+                        replica.commit_min(),
+                        replica.commit_max()
+                    );
+                }
+            }
+        }
+        let waiting = self.clients.iter().filter(|client| !client.done()).count();
+        let _ = write!(report, " clients_waiting={waiting}");
+        report
+    }
+
+    /// Runs until `until` holds or `ticks_max` ticks pass (scripted tests).
+    pub fn run_until(&mut self, ticks_max: u64, mut until: impl FnMut(&Cluster) -> bool) -> Result<bool, String> {
+        let deadline = self.tick + ticks_max;
+        while self.tick < deadline {
+            if until(self) {
+                return Ok(true);
+            }
+            self.step()?;
+        }
+        Ok(until(self))
+    }
+
+    pub fn crashes(&self) -> u64 {
+        self.nodes.iter().map(|node| node.crashes).sum()
+    }
+
+    pub fn disk_faults(&self) -> u64 {
+        self.nodes.iter().map(|node| node.disk.faults_injected).sum()
+    }
+
+    pub fn partitions(&self) -> u64 {
+        self.network.partitions
+    }
+}
+
+/// The same rates with every fault zeroed (network delays stay).
+fn quiet_rates(rates: &FaultRates) -> FaultRates {
+    FaultRates {
+        packet_loss_ppm: 0,
+        packet_duplicate_ppm: 0,
+        partition_ppm: 0,
+        clog_ppm: 0,
+        crash_ppm: 0,
+        write_corruption_ppm: 0,
+        misdirected_write_ppm: 0,
+        latent_sector_ppm: 0,
+        read_corruption_ppm: 0,
+        slow_disk_ppm: 0,
+        ..rates.clone()
+    }
+}
+
+fn peer_id(peer: Peer) -> u64 {
+    match peer {
+        Peer::Replica(replica) => replica as u64,
+        Peer::Client(client) => (client as u64) | 1 << 63,
+    }
+}
+
+fn short_peer(peer: Peer) -> String {
+    match peer {
+        Peer::Replica(replica) => format!("r{replica}"),
+        Peer::Client(_) => "client".to_string(),
+    }
+}

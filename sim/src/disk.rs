@@ -1,0 +1,216 @@
+//! A simulated disk: one per replica, holding its files as byte vectors, with the crash semantics
+//! of a real disk under a page cache and the faults of a real device.
+//!
+//! - A write completes into the page cache; only a sync of its file makes it durable. On a crash,
+//!   every write not yet synced, and every write still in flight, is independently lost, torn (a
+//!   prefix of it persists) or persisted.
+//! - Faults (only on disks the fault atlas names, and only in the one WAL zone it gives each, so
+//!   that no prepare loses both its copies and every run stays recoverable): write corruption (a
+//!   bit flips on the way down), misdirected writes (the write lands on another slot of its zone),
+//!   latent sector errors (a read of those bytes fails until they are rewritten), read corruption
+//!   (a bit flips on the way up, this read only). Superblock copies take read corruption only: a
+//!   torn write of one copy plus a damaged other copy is more than two copies can survive.
+
+use std::collections::BTreeSet;
+
+use vireo_io::{FileId, IoError};
+use vireo_storage::layout::{WalLayout, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+
+use crate::rng::SimRng;
+use crate::scenario::FaultRates;
+
+pub const FILE_COUNT: usize = 4;
+/// Torn writes persist a prefix in units of this many bytes.
+const TEAR_UNIT: usize = 64;
+/// Latent sector errors are tracked at this granularity.
+const SECTOR_SIZE: u64 = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Zone {
+    WalHeaders,
+    WalPrepares,
+    Superblock,
+}
+
+#[derive(Default)]
+struct SimFile {
+    durable: Vec<u8>,
+    current: Vec<u8>,
+    unsynced: Vec<(u64, Vec<u8>)>,
+}
+
+fn apply(target: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
+    let end = offset as usize + bytes.len();
+    if target.len() < end {
+        target.resize(end, 0);
+    }
+    target[offset as usize..end].copy_from_slice(bytes);
+}
+
+pub struct SimDisk {
+    files: [SimFile; FILE_COUNT],
+    /// Writes submitted but not completed: (write id, file, offset, bytes).
+    in_flight: Vec<(u64, FileId, u64, Vec<u8>)>,
+    write_id_next: u64,
+    layout: WalLayout,
+    /// The WAL zone this disk's faults hit, if it is one of the faulty disks.
+    pub fault_zone: Option<Zone>,
+    latent: BTreeSet<(u8, u64)>,
+    pub faults_injected: u64,
+}
+
+impl SimDisk {
+    pub fn new(layout: WalLayout, fault_zone: Option<Zone>) -> SimDisk {
+        SimDisk {
+            files: Default::default(),
+            in_flight: Vec::new(),
+            write_id_next: 0,
+            layout,
+            fault_zone,
+            latent: BTreeSet::new(),
+            faults_injected: 0,
+        }
+    }
+
+    fn zone(&self, file: FileId, offset: u64) -> Option<Zone> {
+        match file {
+            FILE_WAL if offset < self.layout.headers_zone_size() => Some(Zone::WalHeaders),
+            FILE_WAL => Some(Zone::WalPrepares),
+            FILE_SUPERBLOCK_A | FILE_SUPERBLOCK_B => Some(Zone::Superblock),
+            _ => None,
+        }
+    }
+
+    fn faulty(&self, file: FileId, offset: u64) -> bool {
+        match (self.fault_zone, self.zone(file, offset)) {
+            (Some(_), Some(Zone::Superblock)) => true,
+            (Some(zone), Some(at)) => zone == at,
+            _ => false,
+        }
+    }
+
+    pub fn submit_write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>) -> u64 {
+        let id = self.write_id_next;
+        self.write_id_next += 1;
+        self.in_flight.push((id, file, offset, bytes));
+        id
+    }
+
+    /// The write reaches the page cache (with whatever fault the device adds).
+    pub fn complete_write(&mut self, id: u64, rng: &mut SimRng, rates: &FaultRates) -> Result<(), IoError> {
+        let index = self.in_flight.iter().position(|(write, ..)| *write == id).expect("write in flight");
+        let (_, file, mut offset, mut bytes) = self.in_flight.remove(index);
+        let zone = self.zone(file, offset);
+        if self.faulty(file, offset) && zone != Some(Zone::Superblock) {
+            if rng.chance(rates.write_corruption_ppm) && !bytes.is_empty() {
+                let bit = rng.below(bytes.len() as u64 * 8);
+                bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
+                self.faults_injected += 1;
+            } else if rng.chance(rates.misdirected_write_ppm) {
+                let slot = rng.below(self.layout.slot_count);
+                offset = match zone {
+                    Some(Zone::WalHeaders) => self.layout.header_offset(slot),
+                    _ => self.layout.prepare_offset(slot),
+                };
+                self.faults_injected += 1;
+            }
+        }
+        let first = offset / SECTOR_SIZE;
+        let last = (offset + bytes.len() as u64).div_ceil(SECTOR_SIZE);
+        let stale: Vec<_> = self.latent.range((file.0, first)..(file.0, last)).copied().collect();
+        for sector in stale {
+            self.latent.remove(&sector);
+        }
+        if self.faulty(file, offset) && zone != Some(Zone::Superblock) && rng.chance(rates.latent_sector_ppm) {
+            self.latent.insert((file.0, first));
+            self.faults_injected += 1;
+        }
+        let target = &mut self.files[file.0 as usize];
+        apply(&mut target.current, offset, &bytes);
+        target.unsynced.push((offset, bytes));
+        Ok(())
+    }
+
+    pub fn read(&mut self, file: FileId, offset: u64, len: usize, rng: &mut SimRng, rates: &FaultRates) -> Result<Vec<u8>, IoError> {
+        let first = offset / SECTOR_SIZE;
+        let last = (offset + len as u64).div_ceil(SECTOR_SIZE);
+        if self.latent.range((file.0, first)..(file.0, last)).next().is_some() {
+            return Err(IoError::Device);
+        }
+        let current = &self.files[file.0 as usize].current;
+        let mut bytes = vec![0u8; len];
+        let start = (offset as usize).min(current.len());
+        let end = (offset as usize + len).min(current.len());
+        bytes[..end - start].copy_from_slice(&current[start..end]);
+        if self.faulty(file, offset) && len > 0 && rng.chance(rates.read_corruption_ppm) {
+            let bit = rng.below(len as u64 * 8);
+            bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
+            self.faults_injected += 1;
+        }
+        Ok(bytes)
+    }
+
+    pub fn sync(&mut self, file: FileId) {
+        let target = &mut self.files[file.0 as usize];
+        for (offset, bytes) in std::mem::take(&mut target.unsynced) {
+            apply(&mut target.durable, offset, &bytes);
+        }
+    }
+
+    /// Power loss: what was not synced is lost, torn or persisted, independently per write.
+    pub fn crash(&mut self, rng: &mut SimRng) {
+        let in_flight = std::mem::take(&mut self.in_flight);
+        for file in 0..FILE_COUNT {
+            let target = &mut self.files[file];
+            let mut disk = target.durable.clone();
+            let mut writes = std::mem::take(&mut target.unsynced);
+            writes.extend(in_flight.iter().filter(|(_, id, ..)| id.0 as usize == file).map(|(_, _, offset, bytes)| (*offset, bytes.clone())));
+            for (offset, bytes) in writes {
+                match rng.below(3) {
+                    0 => {}
+                    1 => apply(&mut disk, offset, &bytes),
+                    _ => {
+                        let units = bytes.len().div_ceil(TEAR_UNIT);
+                        let kept = (rng.below(units as u64) as usize * TEAR_UNIT).min(bytes.len());
+                        apply(&mut disk, offset, &bytes[..kept]);
+                    }
+                }
+            }
+            target.current = disk.clone();
+            target.durable = disk;
+        }
+    }
+
+    /// Bytes of stable storage per file (for reports).
+    pub fn size(&self, file: FileId) -> usize {
+        self.files[file.0 as usize].durable.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{FaultLevel, Overrides, Scenario};
+
+    #[test]
+    fn unsynced_writes_do_not_survive_every_crash_synced_ones_do() {
+        let mut rng = SimRng::new(1);
+        let scenario = Scenario::draw(1, &Overrides { faults: Some(FaultLevel::None), ..Default::default() }, &mut rng);
+        let rates = scenario.faults;
+        let mut lost = 0;
+        for round in 0..50 {
+            let mut disk = SimDisk::new(WalLayout::new(8, 1024), None);
+            let id = disk.submit_write(FILE_WAL, 0, vec![1u8; 256]);
+            disk.complete_write(id, &mut rng, &rates).unwrap();
+            disk.sync(FILE_WAL);
+            let id = disk.submit_write(FILE_WAL, 256, vec![2u8; 256]);
+            disk.complete_write(id, &mut rng, &rates).unwrap();
+            disk.crash(&mut rng);
+            assert_eq!(disk.read(FILE_WAL, 0, 256, &mut rng, &rates).unwrap(), vec![1u8; 256], "round {round}");
+            if disk.read(FILE_WAL, 256, 256, &mut rng, &rates).unwrap() != vec![2u8; 256] {
+                lost += 1;
+            }
+        }
+        assert!(lost > 0, "an unsynced write always survived the crash");
+    }
+}

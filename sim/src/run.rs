@@ -1,0 +1,135 @@
+//! One simulator run from a seed, with its result, timing and exit code; panics (a replica's
+//! assertion) are caught and become exit code 127.
+
+use std::cell::RefCell;
+use std::panic::{self, AssertUnwindSafe};
+use std::time::Instant;
+
+use vireo_io::TICK_NS;
+use vireo_protocol::config::Bug;
+
+use crate::cluster::{Cluster, Outcome};
+use crate::rng::SimRng;
+use crate::scenario::{Overrides, Scenario};
+
+pub const EXIT_PANIC: i32 = 127;
+
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub scenario: String,
+    /// 0 pass, 127 panic or assertion, 128 liveness, 129 correctness.
+    pub exit_code: i32,
+    pub message: String,
+    pub trace_hash: u64,
+    pub simulated_ns: u64,
+    pub wall_seconds: f64,
+    pub ticks: u64,
+    pub events: u64,
+    pub commits: u64,
+    pub replies_checked: u64,
+    pub crashes: u64,
+    pub disk_faults: u64,
+    pub partitions: u64,
+}
+
+impl RunReport {
+    pub fn speedup(&self) -> f64 {
+        self.simulated_ns as f64 / 1e9 / self.wall_seconds.max(1e-9)
+    }
+
+    pub fn ticks_per_second(&self) -> f64 {
+        self.ticks as f64 / self.wall_seconds.max(1e-9)
+    }
+}
+
+thread_local! {
+    static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Keeps panic output off the terminal (a sweep runs thousands of seeds) and remembers the message
+/// and location for the report.
+pub fn install_panic_hook() {
+    panic::set_hook(Box::new(|info| {
+        let payload = info
+            .payload()
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| info.payload().downcast_ref::<&str>().map(|text| text.to_string()))
+            .unwrap_or_else(|| "panic".to_string());
+        let location = info.location().map(|at| format!(" at {}:{}", at.file(), at.line())).unwrap_or_default();
+        PANIC_MESSAGE.with(|message| *message.borrow_mut() = Some(format!("{payload}{location}")));
+    }));
+}
+
+pub fn scenario_for(seed: u64, overrides: &Overrides) -> (Scenario, SimRng) {
+    let mut rng = SimRng::new(seed);
+    let scenario = Scenario::draw(seed, overrides, &mut rng);
+    (scenario, rng)
+}
+
+pub fn run_seed(seed: u64, overrides: &Overrides, bug: Option<Bug>) -> RunReport {
+    run_with(seed, overrides, bug, false)
+}
+
+/// Like `run_seed`, printing the readable trace to stdout as it goes.
+pub fn run_traced(seed: u64, overrides: &Overrides) -> RunReport {
+    run_with(seed, overrides, None, true)
+}
+
+fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> RunReport {
+    let (scenario, rng) = scenario_for(seed, overrides);
+    let description = scenario.to_string();
+    let started = Instant::now();
+    let mut report = RunReport {
+        seed,
+        scenario: description,
+        exit_code: 0,
+        message: String::new(),
+        trace_hash: 0,
+        simulated_ns: 0,
+        wall_seconds: 0.0,
+        ticks: 0,
+        events: 0,
+        commits: 0,
+        replies_checked: 0,
+        crashes: 0,
+        disk_faults: 0,
+        partitions: 0,
+    };
+    let mut cluster = None;
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        let built = cluster.insert(Cluster::new(scenario, rng, bug));
+        if trace {
+            built.enable_trace();
+            built.print_trace();
+        }
+        built.run()
+    }));
+    report.wall_seconds = started.elapsed().as_secs_f64();
+    match result {
+        Ok(outcome) => {
+            report.exit_code = outcome.exit_code();
+            report.message = match outcome {
+                Outcome::Passed => "passed".to_string(),
+                Outcome::Liveness(message) | Outcome::Correctness(message) => message,
+            };
+        }
+        Err(_) => {
+            report.exit_code = EXIT_PANIC;
+            report.message = PANIC_MESSAGE.with(|message| message.borrow_mut().take()).unwrap_or_else(|| "panic".to_string());
+        }
+    }
+    if let Some(cluster) = &cluster {
+        report.trace_hash = cluster.trace_hash();
+        report.simulated_ns = cluster.tick * TICK_NS;
+        report.ticks = cluster.tick;
+        report.events = cluster.events_processed;
+        report.commits = cluster.checker.history_len();
+        report.replies_checked = cluster.checker.replies_checked;
+        report.crashes = cluster.crashes();
+        report.disk_faults = cluster.disk_faults();
+        report.partitions = cluster.partitions();
+    }
+    report
+}

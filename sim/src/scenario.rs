@@ -1,0 +1,219 @@
+//! A run's scenario, drawn from its seed (swarm testing: every seed gets its own cluster shape and
+//! its own mix of fault rates), unless the command line overrides part of it.
+
+use std::fmt;
+
+use crate::rng::SimRng;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultLevel {
+    None,
+    Default,
+    Heavy,
+}
+
+impl FaultLevel {
+    pub fn parse(text: &str) -> Option<FaultLevel> {
+        match text {
+            "none" => Some(FaultLevel::None),
+            "default" => Some(FaultLevel::Default),
+            "heavy" => Some(FaultLevel::Heavy),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultLevel::None => "none",
+            FaultLevel::Default => "default",
+            FaultLevel::Heavy => "heavy",
+        }
+    }
+}
+
+/// What the command line may fix instead of letting the seed draw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub replicas: Option<u8>,
+    pub clients: Option<u8>,
+    pub faults: Option<FaultLevel>,
+    pub requests: Option<u64>,
+}
+
+impl Overrides {
+    /// The command-line words that reproduce these overrides.
+    pub fn arguments(&self) -> String {
+        let mut words = String::new();
+        if let Some(replicas) = self.replicas {
+            words.push_str(&format!(" --replicas {replicas}"));
+        }
+        if let Some(clients) = self.clients {
+            words.push_str(&format!(" --clients {clients}"));
+        }
+        if let Some(faults) = self.faults {
+            words.push_str(&format!(" --faults {}", faults.name()));
+        }
+        if let Some(requests) = self.requests {
+            words.push_str(&format!(" --requests {requests}"));
+        }
+        words
+    }
+}
+
+/// Every fault rate of a run. Probabilities in ppm, durations in ticks, latencies in ns.
+#[derive(Clone, Debug)]
+pub struct FaultRates {
+    pub packet_loss_ppm: u32,
+    pub packet_duplicate_ppm: u32,
+    pub network_delay_min_ns: u64,
+    pub network_delay_max_ns: u64,
+    /// Per tick: a new partition (symmetric, asymmetric or one node isolated) starts.
+    pub partition_ppm: u32,
+    pub partition_ticks_max: u64,
+    /// Per tick: one path is clogged (every message on it delayed) for a while.
+    pub clog_ppm: u32,
+    pub clog_delay_ns: u64,
+    /// Per event a replica handles: it crashes right after.
+    pub crash_ppm: u32,
+    pub restart_ticks_min: u64,
+    pub restart_ticks_max: u64,
+    /// Replicas whose disks take faults: at most quorum_replication - 1 of them.
+    pub faulty_disks: u8,
+    pub write_corruption_ppm: u32,
+    pub misdirected_write_ppm: u32,
+    pub latent_sector_ppm: u32,
+    pub read_corruption_ppm: u32,
+    /// Per I/O: the disk is slow for this one (x20 latency).
+    pub slow_disk_ppm: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub seed: u64,
+    pub fault_level: FaultLevel,
+    pub replica_count: u8,
+    pub client_count: u8,
+    pub requests_per_client: u64,
+    pub journal_slots: u64,
+    pub prepare_queue_max: usize,
+    pub clients_max: usize,
+    pub safety_ticks: u64,
+    pub liveness_ticks_max: u64,
+    pub faults: FaultRates,
+}
+
+impl Scenario {
+    pub fn draw(seed: u64, overrides: &Overrides, rng: &mut SimRng) -> Scenario {
+        let replica_count = rng.range(1, 6) as u8;
+        let replica_count = overrides.replicas.unwrap_or(replica_count);
+        let client_count = overrides.clients.unwrap_or(rng.range(1, 8) as u8);
+        let level = match rng.below(10) {
+            0 => FaultLevel::None,
+            1..=6 => FaultLevel::Default,
+            _ => FaultLevel::Heavy,
+        };
+        let fault_level = overrides.faults.unwrap_or(level);
+        let journal_slots = *rng.pick(&[32u64, 64, 128, 1024]);
+        let prepare_queue_max = rng.range(1, 8) as usize;
+        // Sometimes fewer sessions than clients: eviction is part of the protocol too.
+        let clients_max = if rng.chance(200_000) && client_count > 1 {
+            client_count as usize - 1
+        } else {
+            rng.range(client_count as u64, 16) as usize
+        };
+        let requests_per_client = overrides.requests.unwrap_or(rng.range(20, 150));
+        let quorum_replication = {
+            let config = vireo_protocol::Config::new(0, replica_count.max(1));
+            config.quorum_replication() as u8
+        };
+        let heavy = fault_level == FaultLevel::Heavy;
+        let faults = match fault_level {
+            FaultLevel::None => FaultRates {
+                packet_loss_ppm: 0,
+                packet_duplicate_ppm: 0,
+                network_delay_min_ns: 50_000,
+                network_delay_max_ns: 1_000_000,
+                partition_ppm: 0,
+                partition_ticks_max: 0,
+                clog_ppm: 0,
+                clog_delay_ns: 0,
+                crash_ppm: 0,
+                restart_ticks_min: 0,
+                restart_ticks_max: 0,
+                faulty_disks: 0,
+                write_corruption_ppm: 0,
+                misdirected_write_ppm: 0,
+                latent_sector_ppm: 0,
+                read_corruption_ppm: 0,
+                slow_disk_ppm: 0,
+            },
+            FaultLevel::Default | FaultLevel::Heavy => {
+                let scale = if heavy { 4 } else { 1 };
+                FaultRates {
+                    packet_loss_ppm: rng.range(0, 20_000) as u32 * scale,
+                    packet_duplicate_ppm: rng.range(0, 10_000) as u32 * scale,
+                    network_delay_min_ns: 50_000,
+                    network_delay_max_ns: rng.range(1_000_000, 20_000_000),
+                    partition_ppm: rng.range(0, 2_000) as u32 * scale,
+                    partition_ticks_max: rng.range(50, 500),
+                    clog_ppm: rng.range(0, 2_000) as u32 * scale,
+                    clog_delay_ns: rng.range(10_000_000, 200_000_000),
+                    crash_ppm: rng.range(0, 400) as u32 * scale,
+                    restart_ticks_min: 10,
+                    restart_ticks_max: rng.range(50, 600),
+                    faulty_disks: rng.range(0, quorum_replication as u64 - 1) as u8,
+                    write_corruption_ppm: rng.range(0, 20_000) as u32 * scale,
+                    misdirected_write_ppm: rng.range(0, 10_000) as u32 * scale,
+                    latent_sector_ppm: rng.range(0, 10_000) as u32 * scale,
+                    read_corruption_ppm: rng.range(0, 10_000) as u32 * scale,
+                    slow_disk_ppm: rng.range(0, 10_000) as u32,
+                }
+            }
+        };
+        Scenario {
+            seed,
+            fault_level,
+            replica_count,
+            client_count,
+            requests_per_client,
+            journal_slots,
+            prepare_queue_max,
+            clients_max,
+            safety_ticks: rng.range(1_000, 4_000),
+            liveness_ticks_max: 6_000,
+            faults,
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let faults = &self.faults;
+        write!(
+            f,
+            "seed={} replicas={} clients={} requests_per_client={} journal_slots={} prepare_queue_max={} \
+             clients_max={} safety_ticks={} faults={} loss_ppm={} duplicate_ppm={} delay_max_us={} \
+             partition_ppm={} clog_ppm={} crash_ppm={} faulty_disks={} write_corruption_ppm={} \
+             misdirect_ppm={} latent_ppm={} read_corruption_ppm={}",
+            self.seed,
+            self.replica_count,
+            self.client_count,
+            self.requests_per_client,
+            self.journal_slots,
+            self.prepare_queue_max,
+            self.clients_max,
+            self.safety_ticks,
+            self.fault_level.name(),
+            faults.packet_loss_ppm,
+            faults.packet_duplicate_ppm,
+            faults.network_delay_max_ns / 1000,
+            faults.partition_ppm,
+            faults.clog_ppm,
+            faults.crash_ppm,
+            faults.faulty_disks,
+            faults.write_corruption_ppm,
+            faults.misdirected_write_ppm,
+            faults.latent_sector_ppm,
+            faults.read_corruption_ppm,
+        )
+    }
+}
