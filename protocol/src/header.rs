@@ -46,8 +46,8 @@ pub enum Command {
     RangeEvicted = 21,
     RequestCheckpoint = 22,
     Checkpoint = 23,
-    RequestSyncHeaders = 24,
-    SyncHeaders = 25,
+    RequestHeaders = 24,
+    Headers = 25,
 }
 
 impl Command {
@@ -74,8 +74,8 @@ impl Command {
             21 => RangeEvicted,
             22 => RequestCheckpoint,
             23 => Checkpoint,
-            24 => RequestSyncHeaders,
-            25 => SyncHeaders,
+            24 => RequestHeaders,
+            25 => Headers,
             _ => return None,
         })
     }
@@ -103,8 +103,8 @@ impl Command {
             RangeEvicted => "range_evicted",
             RequestCheckpoint => "request_checkpoint",
             Checkpoint => "checkpoint",
-            RequestSyncHeaders => "request_sync_headers",
-            SyncHeaders => "sync_headers",
+            RequestHeaders => "request_headers",
+            Headers => "headers",
         }
     }
 }

@@ -613,14 +613,17 @@ impl Cluster {
                 Some(replica) => {
                     let _ = write!(
                         report,
-                        " [r{} {:?} view={} log_view={} op={} commit_min={} commit_max={}]",
+                        " [r{} {:?} view={} log_view={} op={} commit_min={} commit_max={} durable_view={} durable_log_view={} {}]",
                         replica.replica(),
                         replica.status(),
                         replica.view(),
                         replica.log_view(),
                         replica.op(),
                         replica.commit_min(),
-                        replica.commit_max()
+                        replica.commit_max(),
+                        replica.superblock_durable().view,
+                        replica.superblock_durable().log_view,
+                        replica.debug_pipelines(),
                     );
                 }
             }

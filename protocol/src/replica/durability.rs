@@ -160,6 +160,19 @@ impl<S: StateMachine> Snapshot<S> {
 }
 
 impl<S: StateMachine> Replica<S> {
+    /// The state of the write pipelines, for failure reports.
+    pub fn debug_pipelines(&self) -> String {
+        format!(
+            "wal={:?}/{} queued={:?} superblock={:?} snapshot={:?} wal_op_limit={}",
+            self.wal.stage,
+            self.wal.outstanding,
+            self.wal.queue.iter().take(8).collect::<Vec<_>>(),
+            self.superblock.stage,
+            self.snapshot.stage,
+            self.wal_op_limit()
+        )
+    }
+
     /// The highest op the WAL may hold now: its slot's previous op is covered by the durable
     /// checkpoint.
     pub(super) fn wal_op_limit(&self) -> u64 {

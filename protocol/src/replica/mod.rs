@@ -128,6 +128,10 @@ pub struct Replica<S: StateMachine> {
     timeout_request_start_view: Timeout,
     /// Ticks since this backup last heard from its primary.
     primary_silent_ticks: u64,
+    /// Ticks since each replica last acknowledged one of our prepares (as primary).
+    ack_silent_ticks: Vec<u64>,
+    /// Prepares after our head were asked for this tick already.
+    repair_after_head_requested: bool,
 
     opening: Option<Opening>,
     events: VecDeque<ReplicaEvent>,
@@ -188,6 +192,8 @@ impl<S: StateMachine> Replica<S> {
                 config.request_start_view_timeout_ticks,
             ),
             primary_silent_ticks: 0,
+            ack_silent_ticks: vec![u64::MAX / 2; count],
+            repair_after_head_requested: false,
             opening: None,
             events: VecDeque::new(),
             config,
@@ -321,6 +327,8 @@ impl<S: StateMachine> Replica<S> {
             Command::StartView => self.on_start_view(io, message),
             Command::RequestStartView => self.on_request_start_view(io, message),
             Command::RequestPrepares => self.on_request_prepares(io, message),
+            Command::RequestHeaders => self.on_request_headers(io, message),
+            Command::Headers => self.on_headers(io, message),
             Command::RequestCheckpoint => self.on_request_checkpoint(io, message),
             Command::Checkpoint => self.on_checkpoint(io, message),
             _ => {}
@@ -346,6 +354,10 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         self.primary_silent_ticks += 1;
+        self.repair_after_head_requested = false;
+        for silent in &mut self.ack_silent_ticks {
+            *silent = silent.saturating_add(1);
+        }
         if self.commit_min < self.commit_max {
             self.commit_stall_ticks += 1;
         } else {

@@ -149,29 +149,36 @@ impl<S: StateMachine> Replica<S> {
         if header.view > self.view && matches!(self.status, Status::Normal | Status::Recovering) {
             self.jump_to_newer_view(io, header.view);
         }
-        if header.op > self.commit_min && header.op <= self.op && self.repair_accept(io, &message) {
-            self.commit_journal(io);
-            return;
-        }
-        if self.status != Status::Normal || self.is_primary() || header.view != self.view {
-            return;
-        }
-        if header.replica == self.primary_of(self.view) {
+        if self.status == Status::Normal && !self.is_primary() && header.view == self.view {
+            // Only this view's primary creates prepares of this view.
             self.primary_heard();
         }
+        // A prepare's commit is an op its primary knew committed: true in every later view too.
         self.commit_max_advance(header.commit);
-        self.peer_checkpoint(header.checkpoint_op, header.replica);
         if header.op <= self.op {
-            // A retransmission: acknowledge again what we hold durably.
+            // A retransmission (of this view's prepare, or of an older view's that this view's
+            // log kept) or a repair: fill what we lack, acknowledge again what we hold durably.
+            if header.op > self.commit_min && self.repair_accept(io, &message) {
+                self.commit_journal(io);
+                return;
+            }
             if self.journal.get_exact(header.op, header.checksum).is_some_and(|entry| entry.durable) {
                 self.send_prepare_ok(io, header.op);
             }
             self.commit_journal(io);
             return;
         }
+        if self.status != Status::Normal || self.is_primary() || header.view != self.view {
+            return;
+        }
+        self.peer_checkpoint(header.checkpoint_op, header.replica);
         if header.op > self.op + 1 {
-            // We missed some: ask the primary for what comes after our head.
-            self.request_prepares_after_head(io);
+            // We missed some: ask the primary for what comes after our head (at most once a
+            // tick: its answers arrive as more of these).
+            if !self.repair_after_head_requested {
+                self.repair_after_head_requested = true;
+                self.request_prepares_after_head(io);
+            }
             return;
         }
         if header.parent != self.op_checksum || header.op > self.wal_op_limit() {
@@ -235,6 +242,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         self.peer_checkpoint(header.checkpoint_op, header.replica);
+        self.ack_silent_ticks[header.replica as usize] = 0;
         let Some(entry) = self.pipeline.iter_mut().find(|entry| entry.op == header.op) else {
             return;
         };
@@ -297,6 +305,11 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn commit_max_advance(&mut self, commit: u64) {
         if commit > self.commit_max {
             self.commit_max = commit;
+            // A primary may learn of commits its view change did not tell it: those ops no
+            // longer wait for acknowledgements.
+            while self.pipeline.front().is_some_and(|entry| entry.op <= self.commit_max) {
+                self.pipeline.pop_front();
+            }
         }
     }
 

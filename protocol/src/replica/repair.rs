@@ -10,6 +10,9 @@
 use vireo_io::Io;
 
 use super::{Replica, ReplicaEvent, Status};
+use vireo_storage::superblock::VIEW_HEADERS_MAX;
+
+use super::view_change::{decode_headers, encode_headers};
 use crate::header::{Command, Message};
 use crate::journal::Entry;
 use crate::state_machine::StateMachine;
@@ -109,6 +112,19 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         let walk = self.walk_chain(self.config.repair_batch_max);
+        if !walk.complete {
+            if let Some(&(op_max, _)) = walk.repair.last() {
+                // The chain breaks here: fetch the headers below in bulk, so the next walk can
+                // ask for many bodies at once instead of one op per round trip.
+                let op_min = (self.commit_min + 1).max(op_max.saturating_sub(VIEW_HEADERS_MAX as u64 - 1));
+                let mut header = self.header(Command::RequestHeaders);
+                header.op = op_max;
+                header.commit = op_min;
+                let message = Message::new(header, Vec::new());
+                let peer = self.repair_peer(io);
+                self.send(io, peer, &message);
+            }
+        }
         if !walk.repair.is_empty() {
             let mut body = Vec::with_capacity(walk.repair.len() * REPAIR_ENTRY_SIZE);
             for (op, checksum) in &walk.repair {
@@ -191,6 +207,56 @@ impl<S: StateMachine> Replica<S> {
             let Some(prepare_body) = &entry.body else { continue };
             let prepare = Message { header: entry.header, body: prepare_body.clone() };
             self.send(io, message.header.replica, &prepare);
+        }
+    }
+
+    pub(super) fn on_request_headers(&mut self, io: &mut impl Io, message: Message) {
+        let (op_min, op_max) = (message.header.commit, message.header.op);
+        if op_min > op_max || op_max - op_min >= VIEW_HEADERS_MAX as u64 || op_max > self.op {
+            return;
+        }
+        // The contiguous chain of headers we hold, from the top of the range down.
+        let mut headers = Vec::new();
+        let Some(top) = self.journal.get(op_max) else { return };
+        let mut expected = top.header.checksum;
+        let mut op = op_max;
+        while op >= op_min && op > 0 {
+            let Some(entry) = self.journal.get_exact(op, expected) else { break };
+            headers.push(entry.header);
+            expected = entry.header.parent;
+            op -= 1;
+        }
+        headers.reverse();
+        let mut header = self.header(Command::Headers);
+        header.op = op_max;
+        header.count = headers.len() as u32;
+        let reply = Message::new(header, encode_headers(&headers));
+        self.send(io, message.header.replica, &reply);
+    }
+
+    /// Headers a peer sent for a break in our chain: taken from the top down while they are the
+    /// ones our chain expects.
+    pub(super) fn on_headers(&mut self, io: &mut impl Io, message: Message) {
+        if !self.repair_allowed() {
+            return;
+        }
+        let Some(headers) = decode_headers(&message.body) else { return };
+        let mut inserted = false;
+        for header in headers.iter().rev() {
+            if header.op <= self.commit_min || header.op > self.op {
+                continue;
+            }
+            if self.journal.get_exact(header.op, header.checksum).is_some() {
+                continue;
+            }
+            if self.expected_checksum(header.op) != Some(header.checksum) {
+                break;
+            }
+            self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false });
+            inserted = true;
+        }
+        if inserted {
+            self.repair(io);
         }
     }
 

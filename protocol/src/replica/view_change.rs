@@ -108,13 +108,9 @@ impl<S: StateMachine> Replica<S> {
         let join = match self.status {
             Status::Opening => false,
             Status::Recovering => true,
-            // A backup that still hears its primary does not let one partitioned replica disrupt
-            // a working view; a primary never joins on hearsay.
-            Status::Normal => {
-                view > self.view
-                    && !self.is_primary()
-                    && self.primary_silent_ticks * 2 >= self.config.normal_heartbeat_timeout_ticks
-            }
+            // A backup that still hears its primary, or a primary that still hears a replication
+            // quorum acknowledge, does not let one partitioned replica disrupt a working view.
+            Status::Normal => view > self.view && !self.leading_recently(),
             Status::ViewChange => view > self.view,
         };
         if join {
@@ -123,6 +119,19 @@ impl<S: StateMachine> Replica<S> {
         if self.status == Status::ViewChange && view == self.view {
             self.start_view_change_votes |= 1 << message.header.replica;
             self.view_change_progress(io);
+        }
+    }
+
+    /// Whether this view is visibly working from where this replica stands.
+    fn leading_recently(&self) -> bool {
+        let recent = self.config.normal_heartbeat_timeout_ticks;
+        if self.is_primary() {
+            let acking = (0..self.replica_count())
+                .filter(|replica| *replica == self.replica || self.ack_silent_ticks[*replica as usize] < recent)
+                .count();
+            acking >= self.config.quorum_replication()
+        } else {
+            self.primary_silent_ticks * 2 < recent
         }
     }
 
