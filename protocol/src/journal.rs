@@ -17,6 +17,9 @@ pub struct Entry {
     pub durable: bool,
     /// A write of this entry is queued or in flight.
     pub writing: bool,
+    /// Recovered from its redundant header alone: this replica once held the prepare durably and
+    /// may have acknowledged it, so it never tells a primary it lacks it (never nacks it).
+    pub faulty: bool,
 }
 
 pub struct Journal {

@@ -7,7 +7,7 @@
 //! - no acknowledged request lost: every reply a client got names an op of the final history
 //!   that holds that request, and at the end every replica has executed it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use vireo_protocol::client_table::{ClientEntry, ClientTable, RequestOutcome};
 use vireo_protocol::request::{batched_requests, OPERATION_REGISTER};
@@ -35,8 +35,9 @@ pub struct Checker {
     model_op: u64,
     /// (client, session, request) -> (op, reply) for every request the model applied.
     applied: HashMap<(u128, u64, u64), (u64, Vec<u8>)>,
-    /// client -> session, for every register the model applied.
-    sessions: HashMap<u128, u64>,
+    /// (client, session) for every register the model applied: a register retried after its
+    /// client was evicted registers it again, so one client may hold several over time.
+    sessions: HashSet<(u128, u64)>,
     pending: Vec<ReplyCheck>,
     pub replies_checked: u64,
     pub commits_checked: u64,
@@ -51,7 +52,7 @@ impl Checker {
             model_table: ClientTable::new(clients_max),
             model_op: 0,
             applied: HashMap::new(),
-            sessions: HashMap::new(),
+            sessions: HashSet::new(),
             pending: Vec::new(),
             replies_checked: 0,
             commits_checked: 0,
@@ -138,7 +139,7 @@ impl Checker {
                     reply: Vec::new(),
                 };
                 self.model_table.register(header.client, entry);
-                self.sessions.insert(header.client, op);
+                self.sessions.insert((header.client, op));
                 continue;
             }
             if let RequestOutcome::New = self.model_table.outcome(header.client, header.session, header.request) {
@@ -179,12 +180,10 @@ impl Checker {
             let check = self.pending.swap_remove(index);
             self.replies_checked += 1;
             if check.request == 0 {
-                if self.sessions.get(&check.client) != Some(&check.session) {
+                if !self.sessions.contains(&(check.client, check.session)) {
                     return Err(format!(
-                        "client {:x} was told session {} but the history registered it at {:?}",
-                        check.client,
-                        check.session,
-                        self.sessions.get(&check.client)
+                        "client {:x} was told session {} but the history never registered it there",
+                        check.client, check.session,
                     ));
                 }
                 continue;

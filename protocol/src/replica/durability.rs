@@ -92,6 +92,10 @@ pub struct SuperblockPipeline {
     stage: SuperblockStage,
     writing: Option<Superblock>,
     dirty: bool,
+    /// The view's start_view sequence the superblock being written, and the durable one, hold
+    /// the log of (in memory only: after a restart both are 0 again).
+    writing_start_view_sequence: u64,
+    durable_start_view_sequence: u64,
 }
 
 /// A checkpoint whose snapshot is on disk.
@@ -181,7 +185,9 @@ impl<S: StateMachine> Replica<S> {
 
     /// The superblock durably holds our current view's log: acknowledgements may go out.
     pub(super) fn log_view_durable(&self) -> bool {
-        self.superblock.durable.sequence > 0 && self.superblock_durable().log_view == self.view
+        self.superblock.durable.sequence > 0
+            && self.superblock_durable().log_view == self.view
+            && self.superblock.durable_start_view_sequence == self.start_view_sequence
     }
 
     pub(super) fn view_durable(&self) -> bool {
@@ -367,6 +373,7 @@ impl<S: StateMachine> Replica<S> {
         };
         io.write(FILE_SUPERBLOCK_A, 0, superblock.encode(), token(TokenKind::Superblock, 0));
         self.superblock.writing = Some(superblock);
+        self.superblock.writing_start_view_sequence = self.start_view_sequence;
         self.superblock.stage = SuperblockStage::WritingA;
     }
 
@@ -396,6 +403,7 @@ impl<S: StateMachine> Replica<S> {
                 let written = self.superblock.writing.take().expect("checked");
                 let checkpoint_advanced = written.vsr_state.checkpoint_op > self.superblock_durable().checkpoint_op;
                 self.superblock.durable = written;
+                self.superblock.durable_start_view_sequence = self.superblock.writing_start_view_sequence;
                 if checkpoint_advanced {
                     let op = self.superblock_durable().checkpoint_op;
                     self.event(ReplicaEvent::CheckpointDurable { op });

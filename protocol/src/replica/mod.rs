@@ -72,6 +72,8 @@ struct PipelineEntry {
     op: u64,
     checksum: u128,
     acks: u64,
+    /// Backups that told us they never acknowledged it (see `repair::primary_truncate`).
+    nacks: u64,
 }
 
 /// Events a replica buffers for its driver before they are polled.
@@ -106,6 +108,11 @@ pub struct Replica<S: StateMachine> {
     do_view_change_sent: bool,
     /// The new primary has installed the view's log and waits for the superblock to hold it.
     start_view_installed: bool,
+    /// How many times this view's log was cut short by its primary (nack quorum); a start_view
+    /// of the same view is installed again only with a higher number.
+    start_view_sequence: u64,
+    /// A start_view was asked for this tick already (rate limit).
+    start_view_requested: bool,
 
     wal: WalPipeline,
     superblock: SuperblockPipeline,
@@ -117,7 +124,6 @@ pub struct Replica<S: StateMachine> {
     peer_checkpoint_op: u64,
     peer_checkpoint_replica: u8,
     commit_stall_ticks: u64,
-    repair_peer_next: u8,
 
     timeout_prepare: Timeout,
     timeout_commit_message: Timeout,
@@ -164,6 +170,8 @@ impl<S: StateMachine> Replica<S> {
             do_view_change_votes: vec![None; count],
             do_view_change_sent: false,
             start_view_installed: false,
+            start_view_sequence: 0,
+            start_view_requested: false,
             wal: WalPipeline::default(),
             superblock: SuperblockPipeline::default(),
             snapshot: SnapshotPipeline::default(),
@@ -171,26 +179,13 @@ impl<S: StateMachine> Replica<S> {
             peer_checkpoint_op: 0,
             peer_checkpoint_replica: 0,
             commit_stall_ticks: 0,
-            repair_peer_next: 0,
-            timeout_prepare: Timeout::new("prepare", config.prepare_timeout_ticks),
-            timeout_commit_message: Timeout::new("commit_message", config.commit_message_timeout_ticks),
-            timeout_normal_heartbeat: Timeout::new(
-                "normal_heartbeat",
-                config.normal_heartbeat_timeout_ticks,
-            ),
-            timeout_view_change_message: Timeout::new(
-                "view_change_message",
-                config.view_change_message_timeout_ticks,
-            ),
-            timeout_view_change_status: Timeout::new(
-                "view_change_status",
-                config.view_change_status_timeout_ticks,
-            ),
-            timeout_repair: Timeout::new("repair", config.repair_timeout_ticks),
-            timeout_request_start_view: Timeout::new(
-                "request_start_view",
-                config.request_start_view_timeout_ticks,
-            ),
+            timeout_prepare: Timeout::new("prepare", config.prepare_timeout_ticks, false),
+            timeout_commit_message: Timeout::new("commit_message", config.commit_message_timeout_ticks, false),
+            timeout_normal_heartbeat: Timeout::new("normal_heartbeat", config.normal_heartbeat_timeout_ticks, false),
+            timeout_view_change_message: Timeout::new("view_change_message", config.view_change_message_timeout_ticks, false),
+            timeout_view_change_status: Timeout::new("view_change_status", config.view_change_status_timeout_ticks, true),
+            timeout_repair: Timeout::new("repair", config.repair_timeout_ticks, false),
+            timeout_request_start_view: Timeout::new("request_start_view", config.request_start_view_timeout_ticks, true),
             primary_silent_ticks: 0,
             ack_silent_ticks: vec![u64::MAX / 2; count],
             repair_after_head_requested: false,
@@ -327,6 +322,7 @@ impl<S: StateMachine> Replica<S> {
             Command::StartView => self.on_start_view(io, message),
             Command::RequestStartView => self.on_request_start_view(io, message),
             Command::RequestPrepares => self.on_request_prepares(io, message),
+            Command::NackPrepare => self.on_nack_prepare(io, message),
             Command::RequestHeaders => self.on_request_headers(io, message),
             Command::Headers => self.on_headers(io, message),
             Command::RequestCheckpoint => self.on_request_checkpoint(io, message),
@@ -355,6 +351,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.primary_silent_ticks += 1;
         self.repair_after_head_requested = false;
+        self.start_view_requested = false;
         for silent in &mut self.ack_silent_ticks {
             *silent = silent.saturating_add(1);
         }

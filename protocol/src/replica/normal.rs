@@ -94,6 +94,7 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn primary_prepare(&mut self, io: &mut impl Io) {
         while self.status == Status::Normal
             && self.is_primary()
+            && self.log_view_durable()
             && !self.request_queue.is_empty()
             && self.pipeline.len() < self.config.prepare_queue_max
             && self.op < self.wal_op_limit()
@@ -132,10 +133,11 @@ impl<S: StateMachine> Replica<S> {
                 body: Some(message.body.clone()),
                 durable: false,
                 writing: false,
+                faulty: false,
             });
             self.op = header.op;
             self.op_checksum = message.header.checksum;
-            self.pipeline.push_back(PipelineEntry { op: header.op, checksum: self.op_checksum, acks: 0 });
+            self.pipeline.push_back(PipelineEntry { op: header.op, checksum: self.op_checksum, acks: 0, nacks: 0 });
             self.wal_enqueue(io, header.op);
             self.send_to_others(io, &message);
         }
@@ -164,6 +166,10 @@ impl<S: StateMachine> Replica<S> {
             }
             if self.journal.get_exact(header.op, header.checksum).is_some_and(|entry| entry.durable) {
                 self.send_prepare_ok(io, header.op);
+            } else if header.view == self.view && self.journal.get(header.op).is_some() {
+                // This view's primary holds another prepare at this op: it cut the log short
+                // after we installed it. Ask for the view's log as it is now.
+                self.request_start_view_again(io);
             }
             self.commit_journal(io);
             return;
@@ -181,7 +187,11 @@ impl<S: StateMachine> Replica<S> {
             }
             return;
         }
-        if header.parent != self.op_checksum || header.op > self.wal_op_limit() {
+        if header.parent != self.op_checksum {
+            self.request_start_view_again(io);
+            return;
+        }
+        if header.op > self.wal_op_limit() {
             // Not our chain's next link (cannot be, in one view, once our head is this view's),
             // or no free WAL slot until our next checkpoint: the primary will retransmit.
             return;
@@ -191,6 +201,7 @@ impl<S: StateMachine> Replica<S> {
             body: Some(message.body),
             durable: false,
             writing: false,
+            faulty: false,
         });
         self.op = header.op;
         self.op_checksum = header.checksum;

@@ -187,10 +187,10 @@ impl<S: StateMachine> Replica<S> {
             match recovered {
                 RecoveredSlot::Empty => {}
                 RecoveredSlot::Prepare { header, body } if header.op > checkpoint_op => {
-                    self.journal.insert(Entry { header, body: Some(body), durable: true, writing: false });
+                    self.journal.insert(Entry { header, body: Some(body), durable: true, writing: false, faulty: false });
                 }
                 RecoveredSlot::HeaderOnly(header) if header.op > checkpoint_op => {
-                    self.journal.insert(Entry { header, body: None, durable: false, writing: false });
+                    self.journal.insert(Entry { header, body: None, durable: false, writing: false, faulty: true });
                 }
                 _ => {}
             }
@@ -204,7 +204,7 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
-                self.journal.insert(Entry { header, body: None, durable: false, writing: false });
+                self.journal.insert(Entry { header, body: None, durable: false, writing: false, faulty: false });
             }
             head = (header.op, header.checksum);
         }

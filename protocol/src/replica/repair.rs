@@ -97,7 +97,7 @@ impl<S: StateMachine> Replica<S> {
         if self.expected_checksum(header.op) != Some(header.checksum) {
             return false;
         }
-        self.journal.insert(Entry { header, body: Some(message.body.clone()), durable: false, writing: false });
+        self.journal.insert(Entry { header, body: Some(message.body.clone()), durable: false, writing: false, faulty: false });
         self.wal_enqueue(io, header.op);
         true
     }
@@ -139,6 +139,9 @@ impl<S: StateMachine> Replica<S> {
         }
         if self.status == Status::Normal && !self.is_primary() && self.commit_max > self.op {
             self.request_prepares_after_head(io);
+        }
+        if self.status == Status::Normal && self.is_primary() {
+            self.primary_repair_pipeline(io);
         }
         if self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS && self.peer_checkpoint_op > self.commit_min {
             // Ask the replica that told us of the newest checkpoint, and one more at random in
@@ -195,7 +198,16 @@ impl<S: StateMachine> Replica<S> {
         for chunk in body.chunks(REPAIR_ENTRY_SIZE) {
             let op = u64::from_le_bytes(chunk[0..8].try_into().unwrap());
             let checksum = u128::from_le_bytes(chunk[8..24].try_into().unwrap());
-            let Some(entry) = self.journal.get(op) else { continue };
+            let Some(entry) = self.journal.get(op) else {
+                if checksum != 0 && op > self.op {
+                    self.send_nack_prepare(io, &message, op, checksum);
+                }
+                continue;
+            };
+            if checksum != 0 && entry.header.checksum == checksum && entry.body.is_none() && !entry.faulty {
+                self.send_nack_prepare(io, &message, op, checksum);
+                continue;
+            }
             if checksum == 0 {
                 // Only the primary of the view vouches for its ops by op number alone.
                 if self.status != Status::Normal || !self.is_primary() || op > self.op {
@@ -208,6 +220,92 @@ impl<S: StateMachine> Replica<S> {
             let prepare = Message { header: entry.header, body: prepare_body.clone() };
             self.send(io, message.header.replica, &prepare);
         }
+    }
+
+    /// Tells this view's primary we never acknowledged (op, checksum): we hold at most its header,
+    /// which the view change gave us, or not even that.
+    fn send_nack_prepare(&mut self, io: &mut impl Io, request: &Message, op: u64, checksum: u128) {
+        let from = request.header.replica;
+        if self.status != Status::Normal || request.header.view != self.view || from != self.primary_of(self.view) {
+            return;
+        }
+        let mut header = self.header(Command::NackPrepare);
+        header.op = op;
+        header.parent = checksum;
+        let nack = Message::new(header, Vec::new());
+        self.send(io, from, &nack);
+    }
+
+    /// The primary asks every backup for the uncommitted prepares whose bodies it lacks: a copy
+    /// comes back, or enough nacks to prove the op was never committed.
+    fn primary_repair_pipeline(&mut self, io: &mut impl Io) {
+        let missing: Vec<(u64, u128)> = self
+            .pipeline
+            .iter()
+            .filter(|entry| self.journal.get_exact(entry.op, entry.checksum).is_some_and(|e| e.body.is_none()))
+            .map(|entry| (entry.op, entry.checksum))
+            .take(self.config.repair_batch_max)
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let mut body = Vec::with_capacity(missing.len() * REPAIR_ENTRY_SIZE);
+        for (op, checksum) in &missing {
+            body.extend_from_slice(&op.to_le_bytes());
+            body.extend_from_slice(&checksum.to_le_bytes());
+        }
+        let mut header = self.header(Command::RequestPrepares);
+        header.count = missing.len() as u32;
+        let message = Message::new(header, body);
+        self.send_to_others(io, &message);
+        self.primary_truncate(io);
+    }
+
+    pub(super) fn on_nack_prepare(&mut self, io: &mut impl Io, message: Message) {
+        let header = message.header;
+        if self.status != Status::Normal || !self.is_primary() || header.view != self.view {
+            return;
+        }
+        let Some(entry) = self.pipeline.iter_mut().find(|entry| entry.op == header.op) else { return };
+        if entry.checksum != header.parent {
+            return;
+        }
+        entry.nacks |= 1 << header.replica;
+        self.primary_truncate(io);
+    }
+
+    /// Cuts the log short at the lowest uncommitted op that enough replicas never acknowledged.
+    ///
+    /// An op commits only once `quorum_replication` replicas hold it durably, and a replica that
+    /// held it durably keeps at least its header through any crash (the redundant header), so it
+    /// never nacks it. So `replica_count - quorum_replication + 1` nacks prove the op never
+    /// committed, nor did anything after it: a new primary may then drop a prepare whose only
+    /// copy a disk lost, instead of waiting for it forever.
+    fn primary_truncate(&mut self, io: &mut impl Io) {
+        let nack_quorum = self.replica_count() as usize - self.config.quorum_replication() + 1;
+        let mut cut = None;
+        for entry in &self.pipeline {
+            let Some(own) = self.journal.get_exact(entry.op, entry.checksum) else { continue };
+            if own.body.is_some() {
+                continue;
+            }
+            let nacks = entry.nacks.count_ones() as usize + usize::from(!own.faulty);
+            if nacks >= nack_quorum {
+                cut = Some((entry.op, own.header.parent));
+                break;
+            }
+        }
+        let Some((op, parent)) = cut else { return };
+        assert!(op > self.commit_max);
+        for dropped in op..=self.op {
+            self.journal.remove(dropped);
+        }
+        self.op = op - 1;
+        self.op_checksum = if self.op == self.commit_min { self.commit_min_checksum } else { parent };
+        self.pipeline.retain(|entry| entry.op < op);
+        self.start_view_sequence += 1;
+        self.superblock_update(io);
+        self.send_start_view(io, None);
     }
 
     pub(super) fn on_request_headers(&mut self, io: &mut impl Io, message: Message) {
@@ -252,7 +350,7 @@ impl<S: StateMachine> Replica<S> {
             if self.expected_checksum(header.op) != Some(header.checksum) {
                 break;
             }
-            self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false });
+            self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false, faulty: false });
             inserted = true;
         }
         if inserted {

@@ -4,26 +4,29 @@
 use vireo_io::Io;
 
 pub struct Timeout {
-    pub name: &'static str,
+    name: &'static str,
     after_ticks: u64,
     deadline_ticks: u64,
     ticks: u64,
     running: bool,
-    /// Firings since the timeout was last started or reset: the backoff exponent.
+    /// Firings since the timeout was last started: the backoff exponent.
     pub attempts: u32,
+    /// Whether the deadline doubles per firing (timeouts that retry something that keeps failing,
+    /// like a view change) or stays (heartbeats, retransmissions).
+    backoff: bool,
 }
 
 /// Backoff doubles the deadline per attempt, up to this factor.
 const BACKOFF_FACTOR_MAX: u64 = 8;
 
 impl Timeout {
-    pub fn new(name: &'static str, after_ticks: u64) -> Timeout {
+    pub fn new(name: &'static str, after_ticks: u64, backoff: bool) -> Timeout {
         assert!(after_ticks > 0);
-        Timeout { name, after_ticks, deadline_ticks: after_ticks, ticks: 0, running: false, attempts: 0 }
+        Timeout { name, after_ticks, deadline_ticks: after_ticks, ticks: 0, running: false, attempts: 0, backoff }
     }
 
     fn arm(&mut self, random: u64) {
-        let backoff = (1u64 << self.attempts.min(3)).min(BACKOFF_FACTOR_MAX);
+        let backoff = if self.backoff { (1u64 << self.attempts.min(3)).min(BACKOFF_FACTOR_MAX) } else { 1 };
         let base = self.after_ticks * backoff;
         self.deadline_ticks = base + random % (base / 4 + 1);
         self.ticks = 0;
@@ -55,8 +58,8 @@ impl Timeout {
         self.ticks = 0;
     }
 
-    pub fn running(&self) -> bool {
-        self.running
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Counts one tick; true when the timeout fires (it re-arms itself with backoff).

@@ -84,6 +84,7 @@ impl<S: StateMachine> Replica<S> {
         self.view = view;
         self.set_status(Status::ViewChange);
         self.start_view_change_votes = 1 << self.replica;
+        self.start_view_sequence = 0;
         self.do_view_change_votes.iter_mut().for_each(|vote| *vote = None);
         self.do_view_change_sent = false;
         self.start_view_installed = false;
@@ -255,7 +256,7 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
-                self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false });
+                self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false, faulty: false });
             }
         }
         self.journal.retain(0, op);
@@ -276,7 +277,7 @@ impl<S: StateMachine> Replica<S> {
         self.pipeline.clear();
         for op in self.commit_max + 1..=self.op {
             let checksum = self.journal.get(op).map(|entry| entry.header.checksum).unwrap_or(0);
-            self.pipeline.push_back(PipelineEntry { op, checksum, acks: 0 });
+            self.pipeline.push_back(PipelineEntry { op, checksum, acks: 0, nacks: 0 });
         }
         if let Some(head) = self.journal.get(self.op) {
             self.timestamp_last = self.timestamp_last.max(head.header.timestamp);
@@ -297,6 +298,7 @@ impl<S: StateMachine> Replica<S> {
         header.commit = self.commit_max;
         header.checkpoint_op = self.superblock_durable().checkpoint_op;
         header.count = headers.len() as u32;
+        header.request = self.start_view_sequence;
         let message = Message::new(header, encode_headers(&headers));
         match to {
             Some(to) => self.send(io, to, &message),
@@ -309,7 +311,7 @@ impl<S: StateMachine> Replica<S> {
         if self.status == Status::Opening || header.view < self.view {
             return;
         }
-        if header.view == self.view && self.status == Status::Normal {
+        if header.view == self.view && self.status == Status::Normal && header.request <= self.start_view_sequence {
             return;
         }
         if header.replica != self.primary_of(header.view) || header.op < header.commit {
@@ -324,6 +326,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         self.view = header.view;
+        self.start_view_sequence = header.request;
         self.install_log(io, header.op, header.parent, &headers, header.commit);
         self.peer_checkpoint(header.checkpoint_op, header.replica);
         self.set_status(Status::Normal);
@@ -354,6 +357,14 @@ impl<S: StateMachine> Replica<S> {
         self.request_queue.clear();
         self.timeouts_for_status(io);
         self.send_request_start_view(io);
+    }
+
+    /// Our log and this view's primary disagree: ask it for the view's log (once a tick).
+    pub(super) fn request_start_view_again(&mut self, io: &mut impl Io) {
+        if !self.start_view_requested && self.status == Status::Normal && !self.is_primary() {
+            self.start_view_requested = true;
+            self.send_request_start_view(io);
+        }
     }
 
     fn send_request_start_view(&mut self, io: &mut impl Io) {
