@@ -271,6 +271,15 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         let log_view_durable = self.log_view_durable();
+        for index in 0..self.pipeline.len() {
+            if self.pipeline[index].checksum == 0 {
+                // A view change left this op's header to repair: learn its checksum once the
+                // chain from the head reaches it.
+                if let Some(checksum) = self.expected_checksum(self.pipeline[index].op) {
+                    self.pipeline[index].checksum = checksum;
+                }
+            }
+        }
         while let Some(front) = self.pipeline.front() {
             let own = log_view_durable
                 && self.journal.get_exact(front.op, front.checksum).is_some_and(|entry| entry.durable);

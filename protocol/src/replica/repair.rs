@@ -67,7 +67,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// The checksum our chain expects at `op` (between our last executed op and our head).
-    fn expected_checksum(&self, op: u64) -> Option<u128> {
+    pub(super) fn expected_checksum(&self, op: u64) -> Option<u128> {
         assert!(op > self.commit_min && op <= self.op);
         let mut expected = self.op_checksum;
         let mut at = self.op;
@@ -355,6 +355,7 @@ impl<S: StateMachine> Replica<S> {
         }
         if inserted {
             self.repair(io);
+            self.primary_commit(io);
         }
     }
 
