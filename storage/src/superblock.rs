@@ -6,6 +6,7 @@
 //! VSR payload: cluster u128, replica u8, replica_count u8, view u32, log_view u32, commit_max u64,
 //! checkpoint_op u64, checkpoint_checksum u128, offset_frontier u64 (the fields `PROTOCOL.md`
 //! fixes), then Vireo's extension: snapshot_size u64, snapshot_checksum u64, snapshot_region u8,
+//! log_view_sequence u64 (how many times the primary of `log_view` cut that view's log short),
 //! view_headers_count u32 and that many 256-byte prepare headers (the log suffix of `log_view` as
 //! its start_view gave it).
 //!
@@ -23,7 +24,7 @@ pub const MAGIC: u32 = u32::from_le_bytes(*b"SBLK");
 pub const VERSION: u16 = 1;
 
 const RECORD_PREFIX_SIZE: usize = 4 + 2 + 2 + 8 + 8 + 4;
-const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 1 + 4;
+const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 1 + 8 + 4;
 
 /// How many view headers a superblock may carry: bounds its size on disk.
 pub const VIEW_HEADERS_MAX: usize = 64;
@@ -47,6 +48,9 @@ pub struct VsrState {
     pub snapshot_size: u64,
     pub snapshot_checksum: u64,
     pub snapshot_region: u8,
+    /// Within `log_view`: which of its primary's start_views this log is (a primary that proves
+    /// an uncommitted op lost cuts its log short and starts the view's log again, one higher).
+    pub log_view_sequence: u64,
     /// The log suffix of `log_view`, oldest first, as raw 256-byte prepare headers.
     pub view_headers: Vec<[u8; HEADER_SIZE]>,
 }
@@ -92,6 +96,7 @@ impl Superblock {
         payload.extend_from_slice(&state.snapshot_size.to_le_bytes());
         payload.extend_from_slice(&state.snapshot_checksum.to_le_bytes());
         payload.push(state.snapshot_region);
+        payload.extend_from_slice(&state.log_view_sequence.to_le_bytes());
         payload.extend_from_slice(&(state.view_headers.len() as u32).to_le_bytes());
         for header in &state.view_headers {
             payload.extend_from_slice(header);
@@ -184,6 +189,7 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
     let snapshot_size = reader.u64()?;
     let snapshot_checksum = reader.u64()?;
     let snapshot_region = reader.u8()?;
+    let log_view_sequence = reader.u64()?;
     let view_headers_count = reader.u32()? as usize;
     if view_headers_count > VIEW_HEADERS_MAX || log_view > view || snapshot_region > 1 {
         return Err(SuperblockError::Payload(reader.offset));
@@ -208,6 +214,7 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
         snapshot_size,
         snapshot_checksum,
         snapshot_region,
+        log_view_sequence,
         view_headers,
     })
 }
@@ -247,6 +254,7 @@ mod tests {
                 snapshot_size: 10,
                 snapshot_checksum: 11,
                 snapshot_region: 1,
+                log_view_sequence: 2,
                 view_headers: vec![[7u8; HEADER_SIZE]; view_headers],
             },
         }

@@ -92,10 +92,6 @@ pub struct SuperblockPipeline {
     stage: SuperblockStage,
     writing: Option<Superblock>,
     dirty: bool,
-    /// The view's start_view sequence the superblock being written, and the durable one, hold
-    /// the log of (in memory only: after a restart both are 0 again).
-    writing_start_view_sequence: u64,
-    durable_start_view_sequence: u64,
 }
 
 /// A checkpoint whose snapshot is on disk.
@@ -187,7 +183,7 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn log_view_durable(&self) -> bool {
         self.superblock.durable.sequence > 0
             && self.superblock_durable().log_view == self.view
-            && self.superblock.durable_start_view_sequence == self.start_view_sequence
+            && self.superblock_durable().log_view_sequence == self.start_view_sequence
     }
 
     pub(super) fn view_durable(&self) -> bool {
@@ -346,6 +342,7 @@ impl<S: StateMachine> Replica<S> {
             snapshot_size,
             snapshot_checksum,
             snapshot_region,
+            log_view_sequence: self.start_view_sequence,
             view_headers: self
                 .view_headers()
                 .iter()
@@ -373,7 +370,6 @@ impl<S: StateMachine> Replica<S> {
         };
         io.write(FILE_SUPERBLOCK_A, 0, superblock.encode(), token(TokenKind::Superblock, 0));
         self.superblock.writing = Some(superblock);
-        self.superblock.writing_start_view_sequence = self.start_view_sequence;
         self.superblock.stage = SuperblockStage::WritingA;
     }
 
@@ -403,7 +399,6 @@ impl<S: StateMachine> Replica<S> {
                 let written = self.superblock.writing.take().expect("checked");
                 let checkpoint_advanced = written.vsr_state.checkpoint_op > self.superblock_durable().checkpoint_op;
                 self.superblock.durable = written;
-                self.superblock.durable_start_view_sequence = self.superblock.writing_start_view_sequence;
                 if checkpoint_advanced {
                     let op = self.superblock_durable().checkpoint_op;
                     self.event(ReplicaEvent::CheckpointDurable { op });

@@ -221,6 +221,7 @@ impl<S: StateMachine> Replica<S> {
         self.journal.retain(checkpoint_op, head.0);
         self.view = state.view;
         self.log_view = state.log_view;
+        self.start_view_sequence = state.log_view_sequence;
         self.op = head.0;
         self.op_checksum = head.1;
         self.commit_min = checkpoint_op;

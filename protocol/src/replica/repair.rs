@@ -121,8 +121,9 @@ impl<S: StateMachine> Replica<S> {
                 header.op = op_max;
                 header.commit = op_min;
                 let message = Message::new(header, Vec::new());
-                let peer = self.repair_peer(io);
-                self.send(io, peer, &message);
+                if let Some(peer) = self.repair_peer(io) {
+                    self.send(io, peer, &message);
+                }
             }
         }
         if !walk.repair.is_empty() {
@@ -134,8 +135,9 @@ impl<S: StateMachine> Replica<S> {
             let mut header = self.header(Command::RequestPrepares);
             header.count = walk.repair.len() as u32;
             let message = Message::new(header, body);
-            let peer = self.repair_peer(io);
-            self.send(io, peer, &message);
+            if let Some(peer) = self.repair_peer(io) {
+                self.send(io, peer, &message);
+            }
         }
         if self.status == Status::Normal && !self.is_primary() && self.commit_max > self.op {
             self.request_prepares_after_head(io);
@@ -152,8 +154,7 @@ impl<S: StateMachine> Replica<S> {
             if self.peer_checkpoint_replica != self.replica {
                 self.send(io, self.peer_checkpoint_replica, &message);
             }
-            let peer = self.repair_peer(io);
-            if peer != self.peer_checkpoint_replica {
+            if let Some(peer) = self.repair_peer(io).filter(|peer| *peer != self.peer_checkpoint_replica) {
                 self.send(io, peer, &message);
             }
             self.commit_stall_ticks = 0;
@@ -162,14 +163,16 @@ impl<S: StateMachine> Replica<S> {
 
     /// A peer other than us, chosen with seeded randomness so that one dead peer cannot starve
     /// repair.
-    fn repair_peer(&mut self, io: &mut impl Io) -> u8 {
+    fn repair_peer(&mut self, io: &mut impl Io) -> Option<u8> {
         let count = self.replica_count() as u64;
-        assert!(count > 1);
+        if count == 1 {
+            return None;
+        }
         let mut peer = (io.random() % count) as u8;
         if peer == self.replica {
             peer = (peer + 1) % count as u8;
         }
-        peer
+        Some(peer)
     }
 
     /// Asks the primary for the ops after our head (their checksums are not known yet; in this

@@ -22,6 +22,8 @@ use crate::state_machine::StateMachine;
 #[derive(Clone, Debug)]
 pub struct DoViewChangeVote {
     pub log_view: u32,
+    /// Which start_view of `log_view` the voter's log is (see `start_view_sequence`).
+    pub log_view_sequence: u64,
     pub op: u64,
     pub op_checksum: u128,
     pub commit_max: u64,
@@ -84,7 +86,6 @@ impl<S: StateMachine> Replica<S> {
         self.view = view;
         self.set_status(Status::ViewChange);
         self.start_view_change_votes = 1 << self.replica;
-        self.start_view_sequence = 0;
         self.do_view_change_votes.iter_mut().for_each(|vote| *vote = None);
         self.do_view_change_sent = false;
         self.start_view_installed = false;
@@ -160,6 +161,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.do_view_change_votes[header.replica as usize] = Some(DoViewChangeVote {
             log_view: header.log_view,
+            log_view_sequence: header.request,
             op: header.op,
             op_checksum: header.parent,
             commit_max: header.commit,
@@ -171,6 +173,7 @@ impl<S: StateMachine> Replica<S> {
     fn own_vote(&self) -> DoViewChangeVote {
         DoViewChangeVote {
             log_view: self.log_view,
+            log_view_sequence: self.start_view_sequence,
             op: self.op,
             op_checksum: self.op_checksum,
             commit_max: self.commit_max,
@@ -210,6 +213,7 @@ impl<S: StateMachine> Replica<S> {
         let vote = self.own_vote();
         let mut header = self.header(Command::DoViewChange);
         header.log_view = vote.log_view;
+        header.request = vote.log_view_sequence;
         header.op = vote.op;
         header.parent = vote.op_checksum;
         header.commit = vote.commit_max;
@@ -223,26 +227,34 @@ impl<S: StateMachine> Replica<S> {
     /// them, and the highest commit_max any vote knows.
     fn install_canonical_log(&mut self, io: &mut impl Io) {
         let votes: Vec<&DoViewChangeVote> = self.do_view_change_votes.iter().flatten().collect();
-        let log_view_max = votes.iter().map(|vote| vote.log_view).max().expect("a quorum of votes");
+        // The newest log: highest log_view, then the latest start_view of that view (a primary
+        // may have cut its view's log short), then the longest.
+        let newest = votes
+            .iter()
+            .map(|vote| (vote.log_view, vote.log_view_sequence))
+            .max()
+            .expect("a quorum of votes");
         let best = votes
             .iter()
-            .filter(|vote| vote.log_view == log_view_max)
+            .filter(|vote| (vote.log_view, vote.log_view_sequence) == newest)
             .max_by_key(|vote| vote.op)
-            .expect("a vote with the highest log_view");
+            .expect("a vote with the newest log");
         let commit_max = votes.iter().map(|vote| vote.commit_max).max().expect("votes");
         assert!(best.op >= commit_max, "canonical head {} below a known commit {}", best.op, commit_max);
         assert!(best.op >= self.commit_min, "canonical head {} below our executed op {}", best.op, self.commit_min);
         let (op, op_checksum, headers) = (best.op, best.op_checksum, best.headers.clone());
         for vote in &votes {
-            // Votes of the same log_view come from one primary's log: they agree where they meet.
-            if vote.log_view == log_view_max {
+            // Votes of the same log come from one primary's start_view and prepares: they agree
+            // where they meet.
+            if (vote.log_view, vote.log_view_sequence) == newest {
                 for header in &vote.headers {
                     if let Some(canonical) = headers.iter().find(|canonical| canonical.op == header.op) {
-                        assert_eq!(canonical.checksum, header.checksum, "two logs in view {log_view_max}");
+                        assert_eq!(canonical.checksum, header.checksum, "two logs in view {}", newest.0);
                     }
                 }
             }
         }
+        self.start_view_sequence = 0;
         self.install_log(io, op, op_checksum, &headers, commit_max);
         self.start_view_installed = true;
         self.superblock_update(io);
