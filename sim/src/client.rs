@@ -81,6 +81,10 @@ impl SimClient {
     /// Once per tick: what to send, if anything, and to which replica.
     pub fn tick(&mut self, tick: u64, rng: &mut SimRng, replica_count: u8) -> Option<(Peer, Vec<u8>)> {
         match self.state {
+            ClientState::Unregistered if self.requests_left == 0 => {
+                self.state = ClientState::Done;
+                return None;
+            }
             ClientState::Unregistered => {
                 self.in_flight = self.request(OPERATION_REGISTER, 0, Vec::new());
                 self.state = ClientState::Registering;
@@ -164,6 +168,14 @@ impl SimClient {
         }
         self.state = ClientState::Unregistered;
         self.evictions += 1;
+    }
+
+    /// The liveness phase: finish the request in flight, start no other.
+    pub fn finish(&mut self) {
+        self.requests_left = match self.state {
+            ClientState::Waiting { .. } => self.requests_left.min(1),
+            _ => 0,
+        };
     }
 
     pub fn done(&self) -> bool {

@@ -544,7 +544,10 @@ impl Cluster {
         for index in 0..self.scenario.replica_count {
             self.restart(index);
         }
-        self.log(|| "liveness phase: network healed, all replicas up".to_string());
+        for client in &mut self.clients {
+            client.finish();
+        }
+        self.log(|| "liveness phase: network healed, all replicas up, clients finishing".to_string());
     }
 
     /// Every client is done and every replica has executed the same, final commit.

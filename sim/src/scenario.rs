@@ -120,7 +120,7 @@ impl Scenario {
         } else {
             rng.range(client_count as u64, 16) as usize
         };
-        let requests_per_client = overrides.requests.unwrap_or(rng.range(20, 150));
+        let requests_per_client = overrides.requests.unwrap_or(rng.range(50, 300));
         let quorum_replication = {
             let config = vireo_protocol::Config::new(0, replica_count.max(1));
             config.quorum_replication() as u8
@@ -178,7 +178,7 @@ impl Scenario {
             journal_slots,
             prepare_queue_max,
             clients_max,
-            safety_ticks: rng.range(1_000, 4_000),
+            safety_ticks: rng.range(2_000, 8_000),
             liveness_ticks_max: 6_000,
             faults,
         }

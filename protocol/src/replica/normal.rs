@@ -126,6 +126,8 @@ impl<S: StateMachine> Replica<S> {
             header.operation = first.operation;
             header.checkpoint_op = self.superblock_durable().checkpoint_op;
             header.count = count;
+            // Which start_view of this view the prepare extends (see `start_view_sequence`).
+            header.context = self.start_view_sequence as u128;
             let message = Message::new(header, body);
             self.timestamp_last = header.timestamp;
             self.journal.insert(Entry {
@@ -148,15 +150,24 @@ impl<S: StateMachine> Replica<S> {
         if header.command != Command::Prepare || header.op == 0 {
             return;
         }
-        if header.view > self.view && matches!(self.status, Status::Normal | Status::Recovering) {
+        if header.view > self.view && self.status != Status::Opening {
             self.jump_to_newer_view(io, header.view);
         }
         if self.status == Status::Normal && !self.is_primary() && header.view == self.view {
             // Only this view's primary creates prepares of this view.
             self.primary_heard();
         }
-        // A prepare's commit is an op its primary knew committed: true in every later view too.
-        self.commit_max_advance(header.commit);
+        let sequence = header.context as u64;
+        if header.view < self.view || (header.view == self.view && sequence <= self.start_view_sequence) {
+            // A prepare's commit is an op its primary knew committed, below anything a later
+            // start_view could have cut: our log holds that prefix too.
+            self.commit_max_advance(header.commit);
+        } else if header.view == self.view {
+            // This view's primary cut its log short since our start_view: fetch the new one
+            // before trusting any of its commits.
+            self.request_start_view_again(io);
+            return;
+        }
         if header.op <= self.op {
             // A retransmission (of this view's prepare, or of an older view's that this view's
             // log kept) or a repair: fill what we lack, acknowledge again what we hold durably.
@@ -174,7 +185,12 @@ impl<S: StateMachine> Replica<S> {
             self.commit_journal(io);
             return;
         }
-        if self.status != Status::Normal || self.is_primary() || header.view != self.view {
+        if self.status != Status::Normal
+            || self.is_primary()
+            || header.view != self.view
+            || sequence != self.start_view_sequence
+        {
+            // Only a prepare of our exact log (this view, this start_view) may extend it.
             return;
         }
         self.peer_checkpoint(header.checkpoint_op, header.replica);
@@ -302,7 +318,12 @@ impl<S: StateMachine> Replica<S> {
 
     pub(super) fn on_commit(&mut self, io: &mut impl Io, message: Message) {
         let header = message.header;
-        if header.view > self.view && matches!(self.status, Status::Normal | Status::Recovering) {
+        // A commit comes only from a primary in normal status: a view change that left us behind
+        // is over, or one we are in has ended without us.
+        if (header.view > self.view || (header.view == self.view && self.status == Status::ViewChange))
+            && self.status != Status::Opening
+            && header.replica == self.primary_of(header.view)
+        {
             self.jump_to_newer_view(io, header.view);
             return;
         }
@@ -314,6 +335,10 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         self.primary_heard();
+        if header.request > self.start_view_sequence {
+            self.request_start_view_again(io);
+            return;
+        }
         self.commit_max_advance(header.commit);
         self.peer_checkpoint(header.checkpoint_op, header.replica);
         if self.commit_max > self.op {
@@ -482,6 +507,7 @@ impl<S: StateMachine> Replica<S> {
         }
         let mut header = self.header(Command::Commit);
         header.commit = self.commit_max;
+        header.request = self.start_view_sequence;
         header.checkpoint_op = self.superblock_durable().checkpoint_op;
         let message = Message::new(header, Vec::new());
         self.send_to_others(io, &message);
