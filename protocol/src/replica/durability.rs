@@ -450,7 +450,21 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Writes a checkpoint (ours, or one from state transfer) once the previous one is durable.
+    /// The newest snapshot on disk is the one the durable superblock names.
+    fn checkpoint_ready_durable(&self) -> bool {
+        let durable = self.superblock_durable();
+        self.checkpoint_ready.as_ref().is_some_and(|ready| {
+            ready.op == durable.checkpoint_op
+                && ready.region == durable.snapshot_region
+                && ready.checksum64 == durable.snapshot_checksum
+        })
+    }
+
     pub(super) fn checkpoint_write(&mut self, io: &mut impl Io, op: u64, checksum: u128, bytes: Vec<u8>) {
+        let latest = self.checkpoint_ready.as_ref().map_or(self.superblock_durable().checkpoint_op, |ready| ready.op);
+        if op <= latest {
+            return;
+        }
         assert!(
             bytes.len() as u64 <= self.config.snapshot_size_max,
             "checkpoint of {} bytes exceeds snapshot_size_max",
@@ -464,9 +478,8 @@ impl<S: StateMachine> Replica<S> {
         if self.snapshot.stage != SnapshotStage::Idle || self.snapshot.pending.is_none() || self.status == Status::Opening {
             return;
         }
-        let durable_checkpoint_op = self.superblock_durable().checkpoint_op;
         let durable_region = self.superblock_durable().snapshot_region;
-        if self.checkpoint_ready.as_ref().is_some_and(|ready| ready.op != durable_checkpoint_op) {
+        if self.checkpoint_ready.is_some() && !self.checkpoint_ready_durable() {
             // The superblock does not name the previous snapshot yet: its region is not free.
             return;
         }
@@ -512,6 +525,6 @@ impl<S: StateMachine> Replica<S> {
     /// The durable checkpoint and its snapshot bytes, if this replica holds them in memory.
     pub(super) fn checkpoint_durable_snapshot(&self) -> Option<(&CheckpointRecord, &[u8])> {
         let ready = self.checkpoint_ready.as_ref()?;
-        (ready.op == self.superblock_durable().checkpoint_op).then_some((ready, self.snapshot.ready_bytes.as_slice()))
+        self.checkpoint_ready_durable().then_some((ready, self.snapshot.ready_bytes.as_slice()))
     }
 }
