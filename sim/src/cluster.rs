@@ -371,8 +371,18 @@ impl Cluster {
         node.replica = Some(Replica::open(config, index, &mut io));
     }
 
-    /// Power loss on one replica: its process state is gone, its disk keeps what was synced.
+    /// Power loss on one replica: its process state is gone, its disk keeps what was synced. It
+    /// stays down until `restart` (the fault driver schedules one; scripts call it).
     pub fn crash(&mut self, index: u8) {
+        self.crash_with(index, false);
+    }
+
+    /// Power loss that tears every write not yet synced (the scripted torn-tail case).
+    pub fn crash_tearing(&mut self, index: u8) {
+        self.crash_with(index, true);
+    }
+
+    fn crash_with(&mut self, index: u8, tear_all: bool) {
         let node = &mut self.nodes[index as usize];
         if node.replica.is_none() {
             return;
@@ -380,12 +390,7 @@ impl Cluster {
         node.replica = None;
         node.incarnation += 1;
         node.crashes += 1;
-        node.disk.crash(&mut self.rng);
-        let restart = self.rng.range(
-            self.scenario.faults.restart_ticks_min.max(1),
-            self.scenario.faults.restart_ticks_max.max(self.scenario.faults.restart_ticks_min.max(1)),
-        );
-        self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
+        node.disk.crash(&mut self.rng, tear_all);
         self.hash(&[3, index as u64]);
         self.log(|| format!("r{index} crashed"));
     }
@@ -409,6 +414,9 @@ impl Cluster {
         let down = self.nodes.iter().filter(|node| node.replica.is_none()).count();
         if down < self.max_down {
             self.crash(index);
+            let faults = &self.scenario.faults;
+            let restart = self.rng.range(faults.restart_ticks_min.max(1), faults.restart_ticks_max.max(faults.restart_ticks_min.max(1)));
+            self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
         }
     }
 

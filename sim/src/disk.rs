@@ -157,16 +157,19 @@ impl SimDisk {
         }
     }
 
-    /// Power loss: what was not synced is lost, torn or persisted, independently per write.
-    pub fn crash(&mut self, rng: &mut SimRng) {
+    /// Power loss: what was not synced is lost, torn or persisted, independently per write (or,
+    /// with `tear_all`, every unsynced write torn: the scripted worst case).
+    pub fn crash(&mut self, rng: &mut SimRng, tear_all: bool) {
         let in_flight = std::mem::take(&mut self.in_flight);
         for file in 0..FILE_COUNT {
             let target = &mut self.files[file];
             let mut disk = target.durable.clone();
             let mut writes = std::mem::take(&mut target.unsynced);
-            writes.extend(in_flight.iter().filter(|(_, id, ..)| id.0 as usize == file).map(|(_, _, offset, bytes)| (*offset, bytes.clone())));
+            writes.extend(in_flight.iter().filter(|(_, written, ..)| written.0 as usize == file).map(|(_, _, offset, bytes)| (*offset, bytes.clone())));
             for (offset, bytes) in writes {
-                match rng.below(3) {
+                // Torn: a strict prefix, in TEAR_UNIT pieces, made it to the platter.
+                let fate = if tear_all { 2 } else { rng.below(3) };
+                match fate {
                     0 => {}
                     1 => apply(&mut disk, offset, &bytes),
                     _ => {
@@ -205,7 +208,7 @@ mod tests {
             disk.sync(FILE_WAL);
             let id = disk.submit_write(FILE_WAL, 256, vec![2u8; 256]);
             disk.complete_write(id, &mut rng, &rates).unwrap();
-            disk.crash(&mut rng);
+            disk.crash(&mut rng, false);
             assert_eq!(disk.read(FILE_WAL, 0, 256, &mut rng, &rates).unwrap(), vec![1u8; 256], "round {round}");
             if disk.read(FILE_WAL, 256, 256, &mut rng, &rates).unwrap() != vec![2u8; 256] {
                 lost += 1;

@@ -45,12 +45,18 @@ impl RunReport {
 
 thread_local! {
     static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+    static IN_SIMULATION: RefCell<bool> = const { RefCell::new(false) };
 }
 
-/// Keeps panic output off the terminal (a sweep runs thousands of seeds) and remembers the message
-/// and location for the report.
+/// Keeps a simulated replica's panic off the terminal (a sweep runs thousands of seeds) and
+/// remembers its message and location for the report; any other panic prints as usual.
 pub fn install_panic_hook() {
-    panic::set_hook(Box::new(|info| {
+    let default = panic::take_hook();
+    panic::set_hook(Box::new(move |info| {
+        if !IN_SIMULATION.with(|flag| *flag.borrow()) {
+            default(info);
+            return;
+        }
         let payload = info
             .payload()
             .downcast_ref::<String>()
@@ -98,6 +104,7 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
         partitions: 0,
     };
     let mut cluster = None;
+    IN_SIMULATION.with(|flag| *flag.borrow_mut() = true);
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
         let built = cluster.insert(Cluster::new(scenario, rng, bug));
         if trace {
@@ -106,6 +113,7 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
         }
         built.run()
     }));
+    IN_SIMULATION.with(|flag| *flag.borrow_mut() = false);
     report.wall_seconds = started.elapsed().as_secs_f64();
     match result {
         Ok(outcome) => {
