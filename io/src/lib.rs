@@ -58,26 +58,15 @@ pub enum IoError {
 /// The result of one I/O request, delivered later as an event.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Completion {
-    Read {
-        token: Token,
-        result: Result<Vec<u8>, IoError>,
-    },
-    Write {
-        token: Token,
-        result: Result<(), IoError>,
-    },
-    Sync {
-        token: Token,
-        result: Result<(), IoError>,
-    },
+    Read { token: Token, result: Result<Vec<u8>, IoError> },
+    Write { token: Token, result: Result<(), IoError> },
+    Sync { token: Token, result: Result<(), IoError> },
 }
 
 impl Completion {
     pub fn token(&self) -> Token {
         match self {
-            Completion::Read { token, .. }
-            | Completion::Write { token, .. }
-            | Completion::Sync { token, .. } => *token,
+            Completion::Read { token, .. } | Completion::Write { token, .. } | Completion::Sync { token, .. } => *token,
         }
     }
 }

@@ -135,8 +135,7 @@ impl ClientTable {
             let reply_operation = take(1)?[0];
             let reply_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
             let reply = take(reply_len)?.to_vec();
-            let entry =
-                ClientEntry { session, request, reply_op, reply_timestamp, reply_operation, reply };
+            let entry = ClientEntry { session, request, reply_op, reply_timestamp, reply_operation, reply };
             table.entries.insert(client, entry);
         }
         Some((table, offset))
@@ -148,14 +147,7 @@ mod tests {
     use super::*;
 
     fn entry(session: u64, op: u64) -> ClientEntry {
-        ClientEntry {
-            session,
-            request: 0,
-            reply_op: op,
-            reply_timestamp: 0,
-            reply_operation: 1,
-            reply: vec![],
-        }
+        ClientEntry { session, request: 0, reply_op: op, reply_timestamp: 0, reply_operation: 1, reply: vec![] }
     }
 
     #[test]

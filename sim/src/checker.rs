@@ -77,7 +77,14 @@ impl Checker {
     }
 
     /// A replica executed `op`. `body` is the prepare's body, if the replica still holds it.
-    pub fn on_commit(&mut self, replica: u8, op: u64, checksum: u128, digest: u64, body: Option<&[u8]>) -> Result<(), String> {
+    pub fn on_commit(
+        &mut self,
+        replica: u8,
+        op: u64,
+        checksum: u128,
+        digest: u64,
+        body: Option<&[u8]>,
+    ) -> Result<(), String> {
         self.commits_checked += 1;
         match self.history.get(&op) {
             Some((known, known_digest)) => {

@@ -26,7 +26,7 @@ use crate::rng::SimRng;
 use crate::scenario::{FaultRates, Scenario};
 
 /// The simulator's cluster id: every replica and message of a run carries it.
-pub const CLUSTER: u128 = 0x5649_5245_4f;
+pub const CLUSTER: u128 = 0x0056_4952_454f;
 /// Prepares in the simulator are small: a batch of tiny appends.
 const PREPARE_SIZE_MAX: u64 = 8 * 1024;
 const SNAPSHOT_SIZE_MAX: u64 = 512 * 1024;
@@ -209,9 +209,20 @@ impl Cluster {
         let mut rng = rng;
         let nodes = (0..n)
             .map(|index| {
-                let fault_zone = (index < scenario.faults.faulty_disks)
-                    .then(|| if rng.below(2) == 0 { Zone::WalHeaders } else { Zone::WalPrepares });
-                Node { replica: None, disk: SimDisk::new(layout, fault_zone), incarnation: 0, restart_at_tick: None, crashes: 0 }
+                let fault_zone = (index < scenario.faults.faulty_disks).then(|| {
+                    if rng.below(2) == 0 {
+                        Zone::WalHeaders
+                    } else {
+                        Zone::WalPrepares
+                    }
+                });
+                Node {
+                    replica: None,
+                    disk: SimDisk::new(layout, fault_zone),
+                    incarnation: 0,
+                    restart_at_tick: None,
+                    crashes: 0,
+                }
             })
             .collect();
         let clients = (0..scenario.client_count)
@@ -303,7 +314,11 @@ impl Cluster {
         self.trace_hash = checksum64(&bytes);
     }
 
-    fn with_replica(&mut self, index: u8, action: impl FnOnce(&mut Replica<RegisterLog>, &mut SimIo)) -> Result<(), String> {
+    fn with_replica(
+        &mut self,
+        index: u8,
+        action: impl FnOnce(&mut Replica<RegisterLog>, &mut SimIo),
+    ) -> Result<(), String> {
         let node = &mut self.nodes[index as usize];
         let Some(replica) = node.replica.as_mut() else { return Ok(()) };
         let mut io = SimIo {
@@ -415,7 +430,9 @@ impl Cluster {
         if down < self.max_down {
             self.crash(index);
             let faults = &self.scenario.faults;
-            let restart = self.rng.range(faults.restart_ticks_min.max(1), faults.restart_ticks_max.max(faults.restart_ticks_min.max(1)));
+            let restart = self
+                .rng
+                .range(faults.restart_ticks_min.max(1), faults.restart_ticks_max.max(faults.restart_ticks_min.max(1)));
             self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
         }
     }
@@ -460,7 +477,9 @@ impl Cluster {
                 let node = &mut self.nodes[replica as usize];
                 let rates = if self.faults { &self.scenario.faults } else { &self.quiet };
                 let completion = match request {
-                    DiskRequest::Write { id } => Completion::Write { token, result: node.disk.complete_write(id, &mut self.rng, rates) },
+                    DiskRequest::Write { id } => {
+                        Completion::Write { token, result: node.disk.complete_write(id, &mut self.rng, rates) }
+                    }
                     DiskRequest::Read { file, offset, len } => {
                         Completion::Read { token, result: node.disk.read(file, offset, len, &mut self.rng, rates) }
                     }
@@ -482,7 +501,9 @@ impl Cluster {
             Command::Prepare => format!("view={} op={} commit={}", header.view, header.op, header.commit),
             Command::PrepareOk => format!("view={} op={}", header.view, header.op),
             Command::Commit => format!("view={} commit={}", header.view, header.commit),
-            Command::DoViewChange => format!("view={} log_view={} op={} commit={}", header.view, header.log_view, header.op, header.commit),
+            Command::DoViewChange => {
+                format!("view={} log_view={} op={} commit={}", header.view, header.log_view, header.op, header.commit)
+            }
             Command::StartView => format!("view={} op={} commit={}", header.view, header.op, header.commit),
             Command::Request => format!("request={} operation={}", header.request, header.operation),
             _ => format!("view={}", header.view),

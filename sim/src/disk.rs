@@ -131,7 +131,14 @@ impl SimDisk {
         Ok(())
     }
 
-    pub fn read(&mut self, file: FileId, offset: u64, len: usize, rng: &mut SimRng, rates: &FaultRates) -> Result<Vec<u8>, IoError> {
+    pub fn read(
+        &mut self,
+        file: FileId,
+        offset: u64,
+        len: usize,
+        rng: &mut SimRng,
+        rates: &FaultRates,
+    ) -> Result<Vec<u8>, IoError> {
         let first = offset / SECTOR_SIZE;
         let last = (offset + len as u64).div_ceil(SECTOR_SIZE);
         if self.latent.range((file.0, first)..(file.0, last)).next().is_some() {
@@ -165,7 +172,12 @@ impl SimDisk {
             let target = &mut self.files[file];
             let mut disk = target.durable.clone();
             let mut writes = std::mem::take(&mut target.unsynced);
-            writes.extend(in_flight.iter().filter(|(_, written, ..)| written.0 as usize == file).map(|(_, _, offset, bytes)| (*offset, bytes.clone())));
+            writes.extend(
+                in_flight
+                    .iter()
+                    .filter(|(_, written, ..)| written.0 as usize == file)
+                    .map(|(_, _, offset, bytes)| (*offset, bytes.clone())),
+            );
             for (offset, bytes) in writes {
                 // Torn: a strict prefix, in TEAR_UNIT pieces, made it to the platter.
                 let fate = if tear_all { 2 } else { rng.below(3) };

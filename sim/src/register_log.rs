@@ -74,7 +74,10 @@ impl StateMachine for RegisterLog {
         let entries = snapshot[16..]
             .chunks(24)
             .map(|chunk| {
-                (u128::from_le_bytes(chunk[0..16].try_into().unwrap()), u64::from_le_bytes(chunk[16..24].try_into().unwrap()))
+                (
+                    u128::from_le_bytes(chunk[0..16].try_into().unwrap()),
+                    u64::from_le_bytes(chunk[16..24].try_into().unwrap()),
+                )
             })
             .collect();
         Some(RegisterLog { entries, digest })

@@ -125,7 +125,8 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
         }
         Err(_) => {
             report.exit_code = EXIT_PANIC;
-            report.message = PANIC_MESSAGE.with(|message| message.borrow_mut().take()).unwrap_or_else(|| "panic".to_string());
+            report.message =
+                PANIC_MESSAGE.with(|message| message.borrow_mut().take()).unwrap_or_else(|| "panic".to_string());
         }
     }
     if let Some(cluster) = &cluster {

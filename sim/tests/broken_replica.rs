@@ -21,8 +21,7 @@ fn a_backup_that_acknowledges_before_writing_loses_acknowledged_writes() {
     // Crashes lose what the backup acknowledged but never wrote; with three replicas and heavy
     // faults the commit history diverges or an acknowledged request disappears.
     let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..Default::default() };
-    let (seed, code, message) =
-        first_failure(Bug::AckBeforeDurable, &overrides, 400).expect("caught within 400 seeds");
+    let (seed, code, message) = first_failure(Bug::AckBeforeDurable, &overrides, 400).expect("caught within 400 seeds");
     assert!(code == 129 || code == 127, "seed {seed}: exit {code}: {message}");
     eprintln!("ack-before-durable caught at seed {seed}: {message}");
 }

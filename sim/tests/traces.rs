@@ -7,12 +7,8 @@ use vireo_sim::scenario::{FaultLevel, Overrides};
 
 /// Three replicas, one client, no random faults: only what the test scripts happens.
 fn quiet_cluster(requests: u64) -> Cluster {
-    let overrides = Overrides {
-        replicas: Some(3),
-        clients: Some(1),
-        faults: Some(FaultLevel::None),
-        requests: Some(requests),
-    };
+    let overrides =
+        Overrides { replicas: Some(3), clients: Some(1), faults: Some(FaultLevel::None), requests: Some(requests) };
     let (mut scenario, rng) = scenario_for(1, &overrides);
     scenario.journal_slots = 64;
     scenario.prepare_queue_max = 4;
@@ -28,13 +24,7 @@ fn clients_done(cluster: &Cluster) -> bool {
 
 /// The trace without commit heartbeats (they repeat every 100 ms and say nothing new here).
 fn story(cluster: &Cluster) -> String {
-    cluster
-        .trace_lines()
-        .iter()
-        .filter(|line| !line.contains(" commit view="))
-        .cloned()
-        .collect::<Vec<_>>()
-        .join("\n")
+    cluster.trace_lines().iter().filter(|line| !line.contains(" commit view=")).cloned().collect::<Vec<_>>().join("\n")
 }
 
 #[test]

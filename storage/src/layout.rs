@@ -33,7 +33,7 @@ impl WalLayout {
     pub fn new(slot_count: u64, prepare_size_max: u64) -> Self {
         assert!(slot_count >= 8, "journal_slots must be at least 8");
         assert!(prepare_size_max >= HEADER_SIZE as u64);
-        assert!(prepare_size_max % HEADER_SIZE as u64 == 0);
+        assert!(prepare_size_max.is_multiple_of(HEADER_SIZE as u64));
         WalLayout { slot_count, prepare_size_max }
     }
 

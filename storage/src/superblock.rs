@@ -30,8 +30,7 @@ const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 
 pub const VIEW_HEADERS_MAX: usize = 64;
 
 /// The largest encoded superblock; the size of each copy's file.
-pub const SUPERBLOCK_SIZE_MAX: usize =
-    RECORD_PREFIX_SIZE + PAYLOAD_FIXED_SIZE + VIEW_HEADERS_MAX * HEADER_SIZE + 8;
+pub const SUPERBLOCK_SIZE_MAX: usize = RECORD_PREFIX_SIZE + PAYLOAD_FIXED_SIZE + VIEW_HEADERS_MAX * HEADER_SIZE + 8;
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct VsrState {

@@ -475,7 +475,10 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn snapshot_flush(&mut self, io: &mut impl Io) {
-        if self.snapshot.stage != SnapshotStage::Idle || self.snapshot.pending.is_none() || self.status == Status::Opening {
+        if self.snapshot.stage != SnapshotStage::Idle
+            || self.snapshot.pending.is_none()
+            || self.status == Status::Opening
+        {
             return;
         }
         let durable_region = self.superblock_durable().snapshot_region;
@@ -485,7 +488,8 @@ impl<S: StateMachine> Replica<S> {
         }
         let (op, checksum, bytes) = self.snapshot.pending.take().expect("checked");
         let region = 1 - durable_region;
-        let record = CheckpointRecord { op, checksum, size: bytes.len() as u64, checksum64: checksum64(&bytes), region };
+        let record =
+            CheckpointRecord { op, checksum, size: bytes.len() as u64, checksum64: checksum64(&bytes), region };
         let offset = snapshot_region_offset(region, self.config.snapshot_size_max);
         io.write(FILE_SNAPSHOT, offset, bytes.clone(), token(TokenKind::Snapshot, 0));
         self.snapshot.writing = Some((record, bytes));

@@ -212,13 +212,7 @@ impl<S: StateMachine> Replica<S> {
             // or no free WAL slot until our next checkpoint: the primary will retransmit.
             return;
         }
-        self.journal.insert(Entry {
-            header,
-            body: Some(message.body),
-            durable: false,
-            writing: false,
-            faulty: false,
-        });
+        self.journal.insert(Entry { header, body: Some(message.body), durable: false, writing: false, faulty: false });
         self.op = header.op;
         self.op_checksum = header.checksum;
         self.timestamp_last = self.timestamp_last.max(header.timestamp);
@@ -297,14 +291,11 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         while let Some(front) = self.pipeline.front() {
-            let own = log_view_durable
-                && self.journal.get_exact(front.op, front.checksum).is_some_and(|entry| entry.durable);
+            let own =
+                log_view_durable && self.journal.get_exact(front.op, front.checksum).is_some_and(|entry| entry.durable);
             let acks = front.acks.count_ones() as usize + own as usize;
-            let quorum = if self.config.bug == Some(Bug::CommitWithoutQuorum) {
-                1
-            } else {
-                self.config.quorum_replication()
-            };
+            let quorum =
+                if self.config.bug == Some(Bug::CommitWithoutQuorum) { 1 } else { self.config.quorum_replication() };
             if acks < quorum {
                 break;
             }
@@ -417,13 +408,8 @@ impl<S: StateMachine> Replica<S> {
             }
             match self.client_table.outcome(client, request.header.session, request.header.request) {
                 RequestOutcome::New => {
-                    let reply = self.state_machine.apply(
-                        op,
-                        header.timestamp,
-                        client,
-                        request.header.operation,
-                        request.body,
-                    );
+                    let reply =
+                        self.state_machine.apply(op, header.timestamp, client, request.header.operation, request.body);
                     let entry = ClientEntry {
                         session: request.header.session,
                         request: request.header.request,

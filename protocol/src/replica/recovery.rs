@@ -10,9 +10,11 @@
 //! a view change discarded) is dropped: none of it was ever acknowledged. The replica then waits
 //! in `Recovering` for the current view's start_view, or starts a view change if none comes.
 
-use vireo_io::{Completion, IoError, Io};
+use vireo_io::{Completion, Io, IoError};
 use vireo_storage::checksum::checksum64;
-use vireo_storage::layout::{snapshot_region_offset, HEADER_SIZE, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+use vireo_storage::layout::{
+    snapshot_region_offset, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL, HEADER_SIZE,
+};
 use vireo_storage::superblock::{choose, Superblock, SUPERBLOCK_SIZE_MAX};
 
 use super::durability::{token, token_detail, Snapshot, TokenKind};
@@ -71,7 +73,8 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
             READ_SNAPSHOT => {
-                let bytes = result.unwrap_or_else(|error| panic!("replica {}: checkpoint unreadable: {error}", self.replica));
+                let bytes =
+                    result.unwrap_or_else(|error| panic!("replica {}: checkpoint unreadable: {error}", self.replica));
                 self.open_snapshot_read(io, &bytes);
             }
             READ_WAL_HEADER | READ_WAL_PREPARE => {
@@ -110,7 +113,12 @@ impl<S: StateMachine> Replica<S> {
         let state = self.superblock_durable().clone();
         if state.snapshot_size > 0 {
             let offset = snapshot_region_offset(state.snapshot_region, self.config.snapshot_size_max);
-            io.read(FILE_SNAPSHOT, offset, state.snapshot_size as usize, token(TokenKind::Open, READ_SNAPSHOT << READ_SHIFT));
+            io.read(
+                FILE_SNAPSHOT,
+                offset,
+                state.snapshot_size as usize,
+                token(TokenKind::Open, READ_SNAPSHOT << READ_SHIFT),
+            );
             self.opening.as_mut().expect("opening").outstanding = 1;
         } else {
             self.commit_min_checksum = state.checkpoint_checksum;
@@ -147,7 +155,12 @@ impl<S: StateMachine> Replica<S> {
         opening.wal_prepares = vec![None; slots];
         opening.outstanding = 2 * slots;
         for slot in 0..layout.slot_count {
-            io.read(FILE_WAL, layout.header_offset(slot), HEADER_SIZE, token(TokenKind::Open, READ_WAL_HEADER << READ_SHIFT | slot));
+            io.read(
+                FILE_WAL,
+                layout.header_offset(slot),
+                HEADER_SIZE,
+                token(TokenKind::Open, READ_WAL_HEADER << READ_SHIFT | slot),
+            );
             io.read(
                 FILE_WAL,
                 layout.prepare_offset(slot),
@@ -183,11 +196,18 @@ impl<S: StateMachine> Replica<S> {
         for slot in 0..layout.slot_count as usize {
             let header_bytes = opening.wal_headers[slot].as_ref().and_then(|read| read.as_ref().ok());
             let prepare_bytes = opening.wal_prepares[slot].as_ref().and_then(|read| read.as_ref().ok());
-            let recovered = recover_slot(&layout, slot as u64, header_bytes.map(Vec::as_slice), prepare_bytes.map(Vec::as_slice));
+            let recovered =
+                recover_slot(&layout, slot as u64, header_bytes.map(Vec::as_slice), prepare_bytes.map(Vec::as_slice));
             match recovered {
                 RecoveredSlot::Empty => {}
                 RecoveredSlot::Prepare { header, body } if header.op > checkpoint_op => {
-                    self.journal.insert(Entry { header, body: Some(body), durable: true, writing: false, faulty: false });
+                    self.journal.insert(Entry {
+                        header,
+                        body: Some(body),
+                        durable: true,
+                        writing: false,
+                        faulty: false,
+                    });
                 }
                 RecoveredSlot::HeaderOnly(header) if header.op > checkpoint_op => {
                     self.journal.insert(Entry { header, body: None, durable: false, writing: false, faulty: true });

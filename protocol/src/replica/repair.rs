@@ -97,7 +97,13 @@ impl<S: StateMachine> Replica<S> {
         if self.expected_checksum(header.op) != Some(header.checksum) {
             return false;
         }
-        self.journal.insert(Entry { header, body: Some(message.body.clone()), durable: false, writing: false, faulty: false });
+        self.journal.insert(Entry {
+            header,
+            body: Some(message.body.clone()),
+            durable: false,
+            writing: false,
+            faulty: false,
+        });
         self.wal_enqueue(io, header.op);
         true
     }
@@ -195,7 +201,9 @@ impl<S: StateMachine> Replica<S> {
 
     pub(super) fn on_request_prepares(&mut self, io: &mut impl Io, message: Message) {
         let body = &message.body;
-        if body.len() % REPAIR_ENTRY_SIZE != 0 || body.len() / REPAIR_ENTRY_SIZE > self.config.repair_batch_max {
+        if !body.len().is_multiple_of(REPAIR_ENTRY_SIZE)
+            || body.len() / REPAIR_ENTRY_SIZE > self.config.repair_batch_max
+        {
             return;
         }
         for chunk in body.chunks(REPAIR_ENTRY_SIZE) {

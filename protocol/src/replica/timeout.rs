@@ -4,7 +4,6 @@
 use vireo_io::Io;
 
 pub struct Timeout {
-    name: &'static str,
     after_ticks: u64,
     deadline_ticks: u64,
     ticks: u64,
@@ -20,9 +19,9 @@ pub struct Timeout {
 const BACKOFF_FACTOR_MAX: u64 = 8;
 
 impl Timeout {
-    pub fn new(name: &'static str, after_ticks: u64, backoff: bool) -> Timeout {
+    pub fn new(after_ticks: u64, backoff: bool) -> Timeout {
         assert!(after_ticks > 0);
-        Timeout { name, after_ticks, deadline_ticks: after_ticks, ticks: 0, running: false, attempts: 0, backoff }
+        Timeout { after_ticks, deadline_ticks: after_ticks, ticks: 0, running: false, attempts: 0, backoff }
     }
 
     fn arm(&mut self, random: u64) {
@@ -56,10 +55,6 @@ impl Timeout {
     /// Pushes the deadline back without forgetting the backoff.
     pub fn reset(&mut self) {
         self.ticks = 0;
-    }
-
-    pub fn name(&self) -> &'static str {
-        self.name
     }
 
     /// Counts one tick; true when the timeout fires (it re-arms itself with backoff).

@@ -41,7 +41,7 @@ pub fn encode_headers(headers: &[Header]) -> Vec<u8> {
 
 /// Decodes a list of prepare headers; `None` if any is malformed or not a prepare.
 pub fn decode_headers(body: &[u8]) -> Option<Vec<Header>> {
-    if body.len() % HEADER_SIZE != 0 || body.len() / HEADER_SIZE > VIEW_HEADERS_MAX {
+    if !body.len().is_multiple_of(HEADER_SIZE) || body.len() / HEADER_SIZE > VIEW_HEADERS_MAX {
         return None;
     }
     let mut headers = Vec::with_capacity(body.len() / HEADER_SIZE);
@@ -229,11 +229,7 @@ impl<S: StateMachine> Replica<S> {
         let votes: Vec<&DoViewChangeVote> = self.do_view_change_votes.iter().flatten().collect();
         // The newest log: highest log_view, then the latest start_view of that view (a primary
         // may have cut its view's log short), then the longest.
-        let newest = votes
-            .iter()
-            .map(|vote| (vote.log_view, vote.log_view_sequence))
-            .max()
-            .expect("a quorum of votes");
+        let newest = votes.iter().map(|vote| (vote.log_view, vote.log_view_sequence)).max().expect("a quorum of votes");
         let best = votes
             .iter()
             .filter(|vote| (vote.log_view, vote.log_view_sequence) == newest)
@@ -268,7 +264,13 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
-                self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false, faulty: false });
+                self.journal.insert(Entry {
+                    header: *header,
+                    body: None,
+                    durable: false,
+                    writing: false,
+                    faulty: false,
+                });
             }
         }
         self.journal.retain(0, op);

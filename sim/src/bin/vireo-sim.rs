@@ -94,18 +94,19 @@ fn print_report(report: &RunReport) {
     if report.exit_code != 0 {
         println!("failure (exit {}): {}", report.exit_code, report.message);
     }
-    println!("speedup={:.0}x ticks_per_second={:.0} wall_s={:.3}", report.speedup(), report.ticks_per_second(), report.wall_seconds);
+    println!(
+        "speedup={:.0}x ticks_per_second={:.0} wall_s={:.3}",
+        report.speedup(),
+        report.ticks_per_second(),
+        report.wall_seconds
+    );
     println!("trace_hash={:016x}", report.trace_hash);
 }
 
 fn run_one(seed: u64, overrides: &Overrides, trace: bool) -> ExitCode {
     let (scenario, _) = vireo_sim::run::scenario_for(seed, overrides);
     println!("scenario {scenario}");
-    let report = if trace {
-        run_traced(seed, overrides)
-    } else {
-        run_seed(seed, overrides, None)
-    };
+    let report = if trace { run_traced(seed, overrides) } else { run_seed(seed, overrides, None) };
     print_report(&report);
     if report.exit_code != 0 {
         eprintln!("replay: {}", replay_command(seed, overrides));
@@ -140,7 +141,7 @@ fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides) -> 
                     failures.lock().expect("no poisoning: workers catch panics").push(report);
                 }
                 let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if finished % 100 == 0 || finished == seeds {
+                if finished.is_multiple_of(100) || finished == seeds {
                     let failed = failures.lock().expect("no poisoning").len();
                     eprintln!("{finished}/{seeds} seeds, {failed} failed, {:.0}s", started.elapsed().as_secs_f64());
                 }
@@ -149,7 +150,12 @@ fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides) -> 
     });
     let failures = failures.into_inner().expect("no poisoning");
     for report in &failures {
-        println!("failed seed {} (exit {}): replay with: {}", report.seed, report.exit_code, replay_command(report.seed, overrides));
+        println!(
+            "failed seed {} (exit {}): replay with: {}",
+            report.seed,
+            report.exit_code,
+            replay_command(report.seed, overrides)
+        );
     }
     println!("wall_s={:.1}", started.elapsed().as_secs_f64());
     println!("{} passed, {} failed", seeds - failures.len() as u64, failures.len());
