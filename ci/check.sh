@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# What CI runs, in order: formatting, lints, the README's test command, a simulator sweep.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "toolchain"
+cargo --version
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    rustup component add rustfmt clippy
+fi
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test"
+cargo test
+
+step "simulator sweep"
+seeds="${VIREO_SWEEP_SEEDS:-2000}"
+cargo build --release -p vireo-sim
+./target/release/vireo-sim sweep --seeds "$seeds" | tee target/sweep.txt
+grep -qx "$seeds passed, 0 failed" target/sweep.txt
