@@ -406,9 +406,6 @@ impl<S: StateMachine> Replica<S> {
             // the commit to be announced rather than trust it.
             return;
         }
-        if self.journal.get(header.op).is_some_and(|entry| entry.header.checksum != header.parent) {
-            return;
-        }
         let Some(snapshot) = super::durability::Snapshot::<S>::decode(&message.body) else { return };
         if snapshot.op != header.op || snapshot.checksum != header.parent {
             return;

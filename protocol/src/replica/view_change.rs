@@ -142,7 +142,8 @@ impl<S: StateMachine> Replica<S> {
         if header.view < self.view || self.primary_of(header.view) != self.replica {
             return;
         }
-        if header.log_view > header.view || header.op < header.commit {
+        // A voter may know of commits beyond its own log (commit > op): that is allowed.
+        if header.log_view > header.view {
             return;
         }
         let Some(headers) = decode_headers(&message.body) else { return };
