@@ -162,8 +162,12 @@ impl<S: StateMachine> Snapshot<S> {
 impl<S: StateMachine> Replica<S> {
     /// The state of the write pipelines, for failure reports.
     pub fn debug_pipelines(&self) -> String {
+        let walk = self.walk_chain(4);
         format!(
-            "wal={:?}/{} queued={:?} superblock={:?} snapshot={:?} wal_op_limit={}",
+            "chain_complete={} missing_body={:?} repair={:?} wal={:?}/{} queued={:?} superblock={:?} snapshot={:?} wal_op_limit={}",
+            walk.complete,
+            walk.lowest_missing_body,
+            walk.repair.iter().map(|(op, checksum)| (*op, *checksum as u16)).collect::<Vec<_>>(),
             self.wal.stage,
             self.wal.outstanding,
             self.wal.queue.iter().take(8).collect::<Vec<_>>(),

@@ -97,6 +97,9 @@ pub struct Replica<S: StateMachine> {
     journal: Journal,
     state_machine: S,
     client_table: ClientTable,
+    /// The log suffix as the last start_view (or our own view change) installed it: names the
+    /// head in the superblock while the journal cannot hold it yet.
+    log_headers: Vec<Header>,
     /// The timestamp of the newest prepare: prepares' timestamps strictly increase.
     timestamp_last: u64,
 
@@ -163,6 +166,7 @@ impl<S: StateMachine> Replica<S> {
             journal: Journal::new(layout),
             state_machine: S::empty(),
             client_table: ClientTable::new(config.clients_max),
+            log_headers: Vec::new(),
             timestamp_last: 0,
             pipeline: VecDeque::new(),
             request_queue: VecDeque::new(),

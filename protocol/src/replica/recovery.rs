@@ -223,6 +223,12 @@ impl<S: StateMachine> Replica<S> {
             if header.op <= checkpoint_op {
                 continue;
             }
+            self.log_headers.push(header);
+            if header.op > checkpoint_op + self.config.journal_slots {
+                // Beyond what the journal can hold until state transfer: named, not held.
+                head = (header.op, header.checksum);
+                continue;
+            }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
                 self.journal.insert(Entry { header, body: None, durable: false, writing: false, faulty: false });
             }

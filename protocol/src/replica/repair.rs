@@ -27,6 +27,9 @@ const STATE_TRANSFER_STALL_TICKS: u64 = 100;
 pub(super) struct ChainWalk {
     /// The chain reaches the last executed op.
     pub complete: bool,
+    /// The head is further above the last executed op than the journal has slots: only state
+    /// transfer can catch this replica up.
+    pub behind: bool,
     /// The lowest op whose header is known but whose body is not.
     pub lowest_missing_body: Option<u64>,
     /// (op, checksum) pairs to ask peers for, highest first.
@@ -36,7 +39,11 @@ pub(super) struct ChainWalk {
 impl<S: StateMachine> Replica<S> {
     /// Walks the hash chain down from the head to the last executed op.
     pub(super) fn walk_chain(&self, repair_max: usize) -> ChainWalk {
-        let mut walk = ChainWalk { complete: false, lowest_missing_body: None, repair: Vec::new() };
+        let mut walk = ChainWalk { complete: false, behind: false, lowest_missing_body: None, repair: Vec::new() };
+        if !self.journal_holds(self.op) {
+            walk.behind = true;
+            return walk;
+        }
         let mut expected = self.op_checksum;
         let mut op = self.op;
         while op > self.commit_min {
@@ -66,6 +73,11 @@ impl<S: StateMachine> Replica<S> {
         walk
     }
 
+    /// Whether the journal can hold `op` without evicting an op not yet executed.
+    pub(super) fn journal_holds(&self, op: u64) -> bool {
+        op <= self.commit_min + self.config.journal_slots
+    }
+
     /// The checksum our chain expects at `op` (between our last executed op and our head).
     pub(super) fn expected_checksum(&self, op: u64) -> Option<u128> {
         assert!(op > self.commit_min && op <= self.op);
@@ -81,7 +93,10 @@ impl<S: StateMachine> Replica<S> {
     /// Takes a prepare our log is missing (the header, or only the body). True if it was used.
     pub(super) fn repair_accept(&mut self, io: &mut impl Io, message: &Message) -> bool {
         let header = message.header;
-        if self.status == Status::Opening || !header.valid_checksum_body(&message.body) {
+        if self.status == Status::Opening
+            || !header.valid_checksum_body(&message.body)
+            || !self.journal_holds(header.op)
+        {
             return false;
         }
         if let Some(entry) = self.journal.get_mut(header.op) {
@@ -151,7 +166,9 @@ impl<S: StateMachine> Replica<S> {
         if self.status == Status::Normal && self.is_primary() {
             self.primary_repair_pipeline(io);
         }
-        if self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS && self.peer_checkpoint_op > self.commit_min {
+        let stalled =
+            self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS && self.peer_checkpoint_op > self.commit_min;
+        if walk.behind || stalled {
             // Ask the replica that told us of the newest checkpoint, and one more at random in
             // case that one is gone.
             let mut header = self.header(Command::RequestCheckpoint);
@@ -352,7 +369,7 @@ impl<S: StateMachine> Replica<S> {
         let Some(headers) = decode_headers(&message.body) else { return };
         let mut inserted = false;
         for header in headers.iter().rev() {
-            if header.op <= self.commit_min || header.op > self.op {
+            if header.op <= self.commit_min || header.op > self.op || !self.journal_holds(header.op) {
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_some() {

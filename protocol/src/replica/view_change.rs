@@ -65,6 +65,13 @@ impl<S: StateMachine> Replica<S> {
     /// The headers of this replica's log suffix: from the head down, contiguous, to the op at
     /// commit_max (the anchor below the uncommitted part), at most `VIEW_HEADERS_MAX`.
     pub(super) fn view_headers(&self) -> Vec<Header> {
+        if self.op > self.commit_min && self.journal.get_exact(self.op, self.op_checksum).is_none() {
+            // The head is beyond what our journal holds yet: the suffix as it was installed still
+            // names it, and it must survive a restart.
+            if self.log_headers.last().is_some_and(|last| last.op == self.op && last.checksum == self.op_checksum) {
+                return self.log_headers.clone();
+            }
+        }
         let mut headers = Vec::new();
         let mut op = self.op;
         let mut expected = self.op_checksum;
@@ -261,7 +268,9 @@ impl<S: StateMachine> Replica<S> {
     fn install_log(&mut self, io: &mut impl Io, op: u64, op_checksum: u128, headers: &[Header], commit_max: u64) {
         assert!(op >= self.commit_min);
         for header in headers {
-            if header.op <= self.commit_min {
+            if header.op <= self.commit_min || !self.journal_holds(header.op) {
+                // Executed already, or beyond what the journal can hold before we catch up
+                // (state transfer will).
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
@@ -275,9 +284,7 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         self.journal.retain(0, op);
-        for stale in op + 1..=self.op {
-            self.journal.remove(stale);
-        }
+        self.log_headers = headers.to_vec();
         self.op = op;
         self.op_checksum = if op == self.commit_min { self.commit_min_checksum } else { op_checksum };
         self.log_view = self.view;
