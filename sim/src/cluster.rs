@@ -28,7 +28,7 @@ use crate::scenario::{FaultRates, Scenario};
 /// The simulator's cluster id: every replica and message of a run carries it.
 pub const CLUSTER: u128 = 0x0056_4952_454f;
 /// Prepares in the simulator are small: a batch of tiny appends.
-const PREPARE_SIZE_MAX: u64 = 8 * 1024;
+const PREPARE_SIZE_MAX: u64 = 4 * 1024;
 const SNAPSHOT_SIZE_MAX: u64 = 512 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -305,13 +305,15 @@ impl Cluster {
         }
     }
 
+    /// Folds one event into the trace hash (at most five words: no allocation per event).
     fn hash(&mut self, parts: &[u64]) {
-        let mut bytes = Vec::with_capacity(8 + parts.len() * 8);
-        bytes.extend_from_slice(&self.trace_hash.to_le_bytes());
-        for part in parts {
-            bytes.extend_from_slice(&part.to_le_bytes());
+        assert!(parts.len() <= 5);
+        let mut bytes = [0u8; 48];
+        bytes[..8].copy_from_slice(&self.trace_hash.to_le_bytes());
+        for (index, part) in parts.iter().enumerate() {
+            bytes[8 + index * 8..16 + index * 8].copy_from_slice(&part.to_le_bytes());
         }
-        self.trace_hash = checksum64(&bytes);
+        self.trace_hash = checksum64(&bytes[..8 + parts.len() * 8]);
     }
 
     fn with_replica(

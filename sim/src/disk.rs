@@ -32,10 +32,11 @@ pub enum Zone {
     Superblock,
 }
 
+/// A file: what is on stable storage, and the writes since its last sync (the page cache). A read
+/// sees the durable bytes with the unsynced writes laid over them in order.
 #[derive(Default)]
 struct SimFile {
     durable: Vec<u8>,
-    current: Vec<u8>,
     unsynced: Vec<(u64, Vec<u8>)>,
 }
 
@@ -125,9 +126,7 @@ impl SimDisk {
             self.latent.insert((file.0, first));
             self.faults_injected += 1;
         }
-        let target = &mut self.files[file.0 as usize];
-        apply(&mut target.current, offset, &bytes);
-        target.unsynced.push((offset, bytes));
+        self.files[file.0 as usize].unsynced.push((offset, bytes));
         Ok(())
     }
 
@@ -144,11 +143,18 @@ impl SimDisk {
         if self.latent.range((file.0, first)..(file.0, last)).next().is_some() {
             return Err(IoError::Device);
         }
-        let current = &self.files[file.0 as usize].current;
+        let target = &self.files[file.0 as usize];
         let mut bytes = vec![0u8; len];
-        let start = (offset as usize).min(current.len());
-        let end = (offset as usize + len).min(current.len());
-        bytes[..end - start].copy_from_slice(&current[start..end]);
+        let start = (offset as usize).min(target.durable.len());
+        let end = (offset as usize + len).min(target.durable.len());
+        bytes[..end - start].copy_from_slice(&target.durable[start..end]);
+        for (written_at, written) in &target.unsynced {
+            let (from, to) = (*written_at.max(&offset), (written_at + written.len() as u64).min(offset + len as u64));
+            if from < to {
+                bytes[(from - offset) as usize..(to - offset) as usize]
+                    .copy_from_slice(&written[(from - written_at) as usize..(to - written_at) as usize]);
+            }
+        }
         if self.faulty(file, offset) && len > 0 && rng.chance(rates.read_corruption_ppm) {
             let bit = rng.below(len as u64 * 8);
             bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
@@ -170,7 +176,6 @@ impl SimDisk {
         let in_flight = std::mem::take(&mut self.in_flight);
         for file in 0..FILE_COUNT {
             let target = &mut self.files[file];
-            let mut disk = target.durable.clone();
             let mut writes = std::mem::take(&mut target.unsynced);
             writes.extend(
                 in_flight
@@ -178,27 +183,23 @@ impl SimDisk {
                     .filter(|(_, written, ..)| written.0 as usize == file)
                     .map(|(_, _, offset, bytes)| (*offset, bytes.clone())),
             );
+            if writes.is_empty() {
+                continue;
+            }
             for (offset, bytes) in writes {
                 // Torn: a strict prefix, in TEAR_UNIT pieces, made it to the platter.
                 let fate = if tear_all { 2 } else { rng.below(3) };
                 match fate {
                     0 => {}
-                    1 => apply(&mut disk, offset, &bytes),
+                    1 => apply(&mut target.durable, offset, &bytes),
                     _ => {
                         let units = bytes.len().div_ceil(TEAR_UNIT);
                         let kept = (rng.below(units as u64) as usize * TEAR_UNIT).min(bytes.len());
-                        apply(&mut disk, offset, &bytes[..kept]);
+                        apply(&mut target.durable, offset, &bytes[..kept]);
                     }
                 }
             }
-            target.current = disk.clone();
-            target.durable = disk;
         }
-    }
-
-    /// Bytes of stable storage per file (for reports).
-    pub fn size(&self, file: FileId) -> usize {
-        self.files[file.0 as usize].durable.len()
     }
 }
 

@@ -147,7 +147,7 @@ impl<S: StateMachine> Replica<S> {
 
     pub(super) fn on_prepare(&mut self, io: &mut impl Io, message: Message) {
         let header = message.header;
-        if header.command != Command::Prepare || header.op == 0 {
+        if header.command != Command::Prepare || header.op == 0 || header.size as u64 > self.config.prepare_size_max {
             return;
         }
         if header.view > self.view && self.status != Status::Opening {

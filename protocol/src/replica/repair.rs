@@ -418,6 +418,9 @@ impl<S: StateMachine> Replica<S> {
         if !self.repair_allowed() || header.op <= self.commit_min {
             return;
         }
+        if message.body.len() as u64 > self.config.snapshot_size_max {
+            return;
+        }
         if header.op > self.commit_max {
             // Not known committed to us: a checkpoint is always of committed state, but wait for
             // the commit to be announced rather than trust it.
