@@ -15,11 +15,21 @@ pub struct Entry {
     pub body: Option<Vec<u8>>,
     /// The prepare and its redundant header are on stable storage.
     pub durable: bool,
-    /// A write of this entry is queued or in flight.
-    pub writing: bool,
     /// Recovered from its redundant header alone: this replica once held the prepare durably and
     /// may have acknowledged it, so it never tells a primary it lacks it (never nacks it).
     pub faulty: bool,
+}
+
+impl Entry {
+    /// A whole prepare not yet on stable storage.
+    pub fn prepare(header: Header, body: Vec<u8>) -> Entry {
+        Entry { header, body: Some(body), durable: false, faulty: false }
+    }
+
+    /// A prepare known by its header only (from a view change, or a peer's headers).
+    pub fn header_only(header: Header) -> Entry {
+        Entry { header, body: None, durable: false, faulty: false }
+    }
 }
 
 pub struct Journal {

@@ -199,7 +199,6 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn wal_enqueue(&mut self, io: &mut impl Io, op: u64) {
         let entry = self.journal.get_mut(op).expect("enqueued op is in the journal");
         assert!(entry.body.is_some());
-        entry.writing = true;
         entry.durable = false;
         if !self.wal.queue.contains(&op) {
             self.wal.queue.push_back(op);
@@ -301,7 +300,6 @@ impl<S: StateMachine> Replica<S> {
             if let Some(entry) = self.journal.get_mut(*op) {
                 if entry.header.checksum == *checksum && entry.body.is_some() {
                     entry.durable = true;
-                    entry.writing = false;
                 }
             }
         }

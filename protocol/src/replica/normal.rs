@@ -130,13 +130,7 @@ impl<S: StateMachine> Replica<S> {
             header.context = self.start_view_sequence as u128;
             let message = Message::new(header, body);
             self.timestamp_last = header.timestamp;
-            self.journal.insert(Entry {
-                header: message.header,
-                body: Some(message.body.clone()),
-                durable: false,
-                writing: false,
-                faulty: false,
-            });
+            self.journal.insert(Entry::prepare(message.header, message.body.clone()));
             self.op = header.op;
             self.op_checksum = message.header.checksum;
             self.pipeline.push_back(PipelineEntry { op: header.op, checksum: self.op_checksum, acks: 0, nacks: 0 });
@@ -212,7 +206,7 @@ impl<S: StateMachine> Replica<S> {
             // or no free WAL slot until our next checkpoint: the primary will retransmit.
             return;
         }
-        self.journal.insert(Entry { header, body: Some(message.body), durable: false, writing: false, faulty: false });
+        self.journal.insert(Entry::prepare(header, message.body));
         self.op = header.op;
         self.op_checksum = header.checksum;
         self.timestamp_last = self.timestamp_last.max(header.timestamp);

@@ -201,16 +201,10 @@ impl<S: StateMachine> Replica<S> {
             match recovered {
                 RecoveredSlot::Empty => {}
                 RecoveredSlot::Prepare { header, body } if header.op > checkpoint_op => {
-                    self.journal.insert(Entry {
-                        header,
-                        body: Some(body),
-                        durable: true,
-                        writing: false,
-                        faulty: false,
-                    });
+                    self.journal.insert(Entry { header, body: Some(body), durable: true, faulty: false });
                 }
                 RecoveredSlot::HeaderOnly(header) if header.op > checkpoint_op => {
-                    self.journal.insert(Entry { header, body: None, durable: false, writing: false, faulty: true });
+                    self.journal.insert(Entry { header, body: None, durable: false, faulty: true });
                 }
                 _ => {}
             }
@@ -230,7 +224,7 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
-                self.journal.insert(Entry { header, body: None, durable: false, writing: false, faulty: false });
+                self.journal.insert(Entry::header_only(header));
             }
             head = (header.op, header.checksum);
         }

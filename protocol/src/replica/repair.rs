@@ -112,13 +112,7 @@ impl<S: StateMachine> Replica<S> {
         if self.expected_checksum(header.op) != Some(header.checksum) {
             return false;
         }
-        self.journal.insert(Entry {
-            header,
-            body: Some(message.body.clone()),
-            durable: false,
-            writing: false,
-            faulty: false,
-        });
+        self.journal.insert(Entry::prepare(header, message.body.clone()));
         self.wal_enqueue(io, header.op);
         true
     }
@@ -378,7 +372,7 @@ impl<S: StateMachine> Replica<S> {
             if self.expected_checksum(header.op) != Some(header.checksum) {
                 break;
             }
-            self.journal.insert(Entry { header: *header, body: None, durable: false, writing: false, faulty: false });
+            self.journal.insert(Entry::header_only(*header));
             inserted = true;
         }
         if inserted {

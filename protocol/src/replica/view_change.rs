@@ -259,13 +259,13 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         self.start_view_sequence = 0;
-        self.install_log(io, op, op_checksum, &headers, commit_max);
+        self.install_log(op, op_checksum, &headers, commit_max);
         self.start_view_installed = true;
         self.superblock_update(io);
     }
 
     /// Replaces our log by a view's log (its head and suffix headers); ops above it are dropped.
-    fn install_log(&mut self, io: &mut impl Io, op: u64, op_checksum: u128, headers: &[Header], commit_max: u64) {
+    fn install_log(&mut self, op: u64, op_checksum: u128, headers: &[Header], commit_max: u64) {
         assert!(op >= self.commit_min);
         for header in headers {
             if header.op <= self.commit_min || !self.journal_holds(header.op) {
@@ -274,13 +274,7 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             if self.journal.get_exact(header.op, header.checksum).is_none() {
-                self.journal.insert(Entry {
-                    header: *header,
-                    body: None,
-                    durable: false,
-                    writing: false,
-                    faulty: false,
-                });
+                self.journal.insert(Entry::header_only(*header));
             }
         }
         self.journal.retain(0, op);
@@ -289,7 +283,6 @@ impl<S: StateMachine> Replica<S> {
         self.op_checksum = if op == self.commit_min { self.commit_min_checksum } else { op_checksum };
         self.log_view = self.view;
         self.commit_max_advance(commit_max);
-        let _ = io;
     }
 
     fn become_primary(&mut self, io: &mut impl Io) {
@@ -350,7 +343,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.view = header.view;
         self.start_view_sequence = header.request;
-        self.install_log(io, header.op, header.parent, &headers, header.commit);
+        self.install_log(header.op, header.parent, &headers, header.commit);
         self.peer_checkpoint(header.checkpoint_op, header.replica);
         self.set_status(Status::Normal);
         self.do_view_change_sent = false;
