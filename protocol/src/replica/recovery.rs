@@ -15,7 +15,7 @@ use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::{
     snapshot_region_offset, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL, HEADER_SIZE,
 };
-use vireo_storage::superblock::{choose, Superblock, SUPERBLOCK_SIZE_MAX};
+use vireo_storage::superblock::{choose, Superblock, SuperblockError, SUPERBLOCK_SIZE_MAX};
 
 use super::durability::{token, token_detail, Snapshot, TokenKind};
 use super::{CheckpointRecord, Replica, ReplicaEvent, Status};
@@ -29,11 +29,16 @@ const READ_WAL_HEADER: u64 = 2;
 const READ_WAL_PREPARE: u64 = 3;
 const READ_SHIFT: u32 = 48;
 
+/// Times the superblock pair is read before recovery gives up on it.
+const SUPERBLOCK_READ_ATTEMPTS_MAX: u32 = 8;
+
 type ReadResult = Option<Result<Vec<u8>, IoError>>;
 
 #[derive(Default)]
 pub struct Opening {
     superblocks: [ReadResult; 2],
+    /// Reads of the superblock pair so far (a read may be corrupted on its way up: read again).
+    superblock_attempts: u32,
     wal_headers: Vec<ReadResult>,
     wal_prepares: Vec<ReadResult>,
     outstanding: usize,
@@ -90,18 +95,38 @@ impl<S: StateMachine> Replica<S> {
 
     fn open_superblock_read(&mut self, io: &mut impl Io) {
         let opening = self.opening.as_mut().expect("opening");
+        opening.superblock_attempts += 1;
         let decode = |read: &mut ReadResult| match read.take().expect("read done") {
-            Ok(bytes) => Superblock::decode(&bytes),
-            Err(_) => Err(vireo_storage::SuperblockError::Empty),
+            Ok(bytes) => Some(Superblock::decode(&bytes)),
+            Err(_) => None,
         };
         let a = decode(&mut opening.superblocks[0]);
         let b = decode(&mut opening.superblocks[1]);
+        let b_never_written = matches!(b, Some(Err(SuperblockError::Empty)));
+        let a = a.unwrap_or(Err(SuperblockError::Empty));
+        let b = b.unwrap_or(Err(SuperblockError::Empty));
         let superblock = match choose(a, b) {
             Ok(superblock) => superblock,
-            Err(_) => {
-                // No copy is whole: this replica never finished its first superblock write, so
-                // it never acknowledged anything (the fault budget never damages both copies).
+            Err(_) if b_never_written => {
+                // Copy b is written only after copy a is synced: b never written means no
+                // superblock update ever completed, so this replica never acknowledged anything.
                 self.format(io);
+                return;
+            }
+            Err(errors) => {
+                // Neither copy reads whole, yet one was written: a read was damaged on its way up,
+                // or the disk lost both copies. Read again; if the pair never comes back whole,
+                // this replica cannot know what it promised and must not guess.
+                assert!(
+                    opening.superblock_attempts < SUPERBLOCK_READ_ATTEMPTS_MAX,
+                    "replica {}: both superblock copies unreadable: {errors:?}",
+                    self.replica
+                );
+                for (copy, file) in [FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B].into_iter().enumerate() {
+                    let token = token(TokenKind::Open, READ_SUPERBLOCK << READ_SHIFT | copy as u64);
+                    io.read(file, 0, SUPERBLOCK_SIZE_MAX, token);
+                }
+                opening.outstanding = 2;
                 return;
             }
         };
