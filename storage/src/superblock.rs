@@ -10,12 +10,13 @@
 //! view_headers_count u32 and that many 256-byte prepare headers (the log suffix of `log_view` as
 //! its start_view gave it).
 //!
-//! Crash safety: an update writes `superblock.a`, syncs, then writes `superblock.b`, syncs, both
-//! with the same new sequence. A crash tears at most the copy being written; the other copy is
-//! whole and is either the old state (crash during a) or the new one (crash during b). Recovery
-//! takes the valid copy with the higher sequence. A disk fault may damage one copy, never both
-//! (the fault budget): then the other copy still holds the newest durable state or the one before
-//! it, and before it was superseded that older state was itself durable and safe to resume from.
+//! Crash safety: an update writes one copy, syncs, then the other, syncs, both with the same new
+//! sequence; the state is durable (and acted upon) only once both are. The copy written first is
+//! never the one recovery last resumed from, so at every instant one copy is whole: a crash tears
+//! at most the copy being written, and the other holds either the old state (crash during the
+//! first write) or the new one (crash during the second). Recovery takes the valid copy with the
+//! higher sequence; an older one is safe to resume from, because nothing was done on the strength
+//! of a state until both copies held it. Reads that come back damaged are read again.
 
 use crate::checksum::checksum64;
 use crate::layout::HEADER_SIZE;

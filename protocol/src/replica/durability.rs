@@ -79,10 +79,10 @@ pub struct WalPipeline {
 enum SuperblockStage {
     #[default]
     Idle,
-    WritingA,
-    SyncingA,
-    WritingB,
-    SyncingB,
+    WritingFirst,
+    SyncingFirst,
+    WritingSecond,
+    SyncingSecond,
 }
 
 #[derive(Default)]
@@ -92,7 +92,11 @@ pub struct SuperblockPipeline {
     stage: SuperblockStage,
     writing: Option<Superblock>,
     dirty: bool,
+    /// The copy an update writes first: never the only whole one (see `vireo_storage::superblock`).
+    pub first_copy: usize,
 }
+
+const SUPERBLOCK_FILES: [vireo_io::FileId; 2] = [FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B];
 
 /// A checkpoint whose snapshot is on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -370,9 +374,10 @@ impl<S: StateMachine> Replica<S> {
             parent_checksum: if durable.sequence == 0 { 0 } else { durable.checksum() },
             vsr_state: self.vsr_state(),
         };
-        io.write(FILE_SUPERBLOCK_A, 0, superblock.encode(), token(TokenKind::Superblock, 0));
+        let first = self.superblock.first_copy;
+        io.write(SUPERBLOCK_FILES[first], 0, superblock.encode(), token(TokenKind::Superblock, first as u64));
         self.superblock.writing = Some(superblock);
-        self.superblock.stage = SuperblockStage::WritingA;
+        self.superblock.stage = SuperblockStage::WritingFirst;
     }
 
     pub(super) fn superblock_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
@@ -385,19 +390,22 @@ impl<S: StateMachine> Replica<S> {
         }
         let writing = self.superblock.writing.as_ref().expect("a superblock write in flight");
         self.superblock.stage = match self.superblock.stage {
-            SuperblockStage::WritingA => {
-                io.sync(FILE_SUPERBLOCK_A, token(TokenKind::Superblock, 0));
-                SuperblockStage::SyncingA
+            SuperblockStage::WritingFirst => {
+                let first = self.superblock.first_copy;
+                io.sync(SUPERBLOCK_FILES[first], token(TokenKind::Superblock, first as u64));
+                SuperblockStage::SyncingFirst
             }
-            SuperblockStage::SyncingA => {
-                io.write(FILE_SUPERBLOCK_B, 0, writing.encode(), token(TokenKind::Superblock, 1));
-                SuperblockStage::WritingB
+            SuperblockStage::SyncingFirst => {
+                let second = 1 - self.superblock.first_copy;
+                io.write(SUPERBLOCK_FILES[second], 0, writing.encode(), token(TokenKind::Superblock, second as u64));
+                SuperblockStage::WritingSecond
             }
-            SuperblockStage::WritingB => {
-                io.sync(FILE_SUPERBLOCK_B, token(TokenKind::Superblock, 1));
-                SuperblockStage::SyncingB
+            SuperblockStage::WritingSecond => {
+                let second = 1 - self.superblock.first_copy;
+                io.sync(SUPERBLOCK_FILES[second], token(TokenKind::Superblock, second as u64));
+                SuperblockStage::SyncingSecond
             }
-            SuperblockStage::SyncingB => {
+            SuperblockStage::SyncingSecond => {
                 let written = self.superblock.writing.take().expect("checked");
                 let checkpoint_advanced = written.vsr_state.checkpoint_op > self.superblock_durable().checkpoint_op;
                 self.superblock.durable = written;

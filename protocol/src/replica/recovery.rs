@@ -105,8 +105,15 @@ impl<S: StateMachine> Replica<S> {
         let b_never_written = matches!(b, Some(Err(SuperblockError::Empty)));
         let a = a.unwrap_or(Err(SuperblockError::Empty));
         let b = b.unwrap_or(Err(SuperblockError::Empty));
+        // The next update writes first whichever copy recovery did not resume from: the copy it
+        // did resume from stays whole until the other one is.
+        let a_sequence = a.as_ref().map(|superblock| superblock.sequence).ok();
         let superblock = match choose(a, b) {
-            Ok(superblock) => superblock,
+            Ok(superblock) => {
+                let resumed_from_a = a_sequence == Some(superblock.sequence);
+                self.superblock.first_copy = if resumed_from_a { 1 } else { 0 };
+                superblock
+            }
             Err(_) if b_never_written => {
                 // Copy b is written only after copy a is synced: b never written means no
                 // superblock update ever completed, so this replica never acknowledged anything.
