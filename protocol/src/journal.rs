@@ -95,8 +95,9 @@ impl Journal {
 pub enum RecoveredSlot {
     /// Neither copy is readable: the slot never held a durable prepare, or a torn write left it.
     Empty,
-    /// The prepare is whole.
-    Prepare { header: Header, body: Vec<u8> },
+    /// The prepare is whole; `redundant`: its redundant header is too (it was durable, and may
+    /// have been acknowledged).
+    Prepare { header: Header, body: Vec<u8>, redundant: bool },
     /// Only the redundant header survived: the prepare was durable once and is damaged now. Its
     /// body must come from a peer; it may have been acknowledged, so it is never forgotten.
     HeaderOnly(Header),
@@ -142,10 +143,11 @@ pub fn recover_slot(
             if redundant.op > header.op {
                 RecoveredSlot::HeaderOnly(redundant)
             } else {
-                RecoveredSlot::Prepare { header, body }
+                let redundant = redundant.checksum == header.checksum;
+                RecoveredSlot::Prepare { header, body, redundant }
             }
         }
-        (Some((header, body)), None) => RecoveredSlot::Prepare { header, body },
+        (Some((header, body)), None) => RecoveredSlot::Prepare { header, body, redundant: false },
         (None, Some(redundant)) => RecoveredSlot::HeaderOnly(redundant),
         (None, None) => RecoveredSlot::Empty,
     }
@@ -185,16 +187,16 @@ mod tests {
         let torn = vec![0xAB; 1024];
 
         let whole = recover_slot(&layout, 3, Some(&h3.encode()), Some(&p3));
-        assert_eq!(whole, RecoveredSlot::Prepare { header: h3, body: b3.clone() });
+        assert_eq!(whole, RecoveredSlot::Prepare { header: h3, body: b3.clone(), redundant: true });
         // Prepare written, header not yet: the prepare.
         let newer = recover_slot(&layout, 3, Some(&h3.encode()), Some(&p11));
-        assert_eq!(newer, RecoveredSlot::Prepare { header: h11, body: b11 });
+        assert_eq!(newer, RecoveredSlot::Prepare { header: h11, body: b11, redundant: false });
         // Header newer than the prepare: the prepare was damaged after it was durable.
         let damaged = recover_slot(&layout, 3, Some(&h11.encode()), Some(&p3));
         assert_eq!(damaged, RecoveredSlot::HeaderOnly(h11));
         let same_op = slot_bytes(&h3_other, &b3_other, &layout);
         let rewritten = recover_slot(&layout, 3, Some(&h3.encode()), Some(&same_op));
-        assert_eq!(rewritten, RecoveredSlot::Prepare { header: h3_other, body: b3_other });
+        assert_eq!(rewritten, RecoveredSlot::Prepare { header: h3_other, body: b3_other, redundant: false });
         assert_eq!(recover_slot(&layout, 3, Some(&h3.encode()), Some(&torn)), RecoveredSlot::HeaderOnly(h3));
         assert_eq!(recover_slot(&layout, 3, None, None), RecoveredSlot::Empty);
         assert_eq!(recover_slot(&layout, 3, Some(&[0u8; 256]), Some(&torn)), RecoveredSlot::Empty);

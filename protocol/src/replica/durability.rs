@@ -75,6 +75,16 @@ pub struct WalPipeline {
     outstanding: usize,
 }
 
+impl WalPipeline {
+    /// Queues a recovered prepare whose redundant header is missing; written once the replica is
+    /// open (by the first flush).
+    pub fn queue_after_open(&mut self, op: u64) {
+        if !self.queue.contains(&op) {
+            self.queue.push_back(op);
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum SuperblockStage {
     #[default]

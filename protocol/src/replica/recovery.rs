@@ -225,6 +225,7 @@ impl<S: StateMachine> Replica<S> {
         let state = self.superblock_durable().clone();
         let layout = self.journal.layout;
         let checkpoint_op = state.checkpoint_op;
+        let mut unconfirmed = Vec::new();
         for slot in 0..layout.slot_count as usize {
             let header_bytes = opening.wal_headers[slot].as_ref().and_then(|read| read.as_ref().ok());
             let prepare_bytes = opening.wal_prepares[slot].as_ref().and_then(|read| read.as_ref().ok());
@@ -232,8 +233,13 @@ impl<S: StateMachine> Replica<S> {
                 recover_slot(&layout, slot as u64, header_bytes.map(Vec::as_slice), prepare_bytes.map(Vec::as_slice));
             match recovered {
                 RecoveredSlot::Empty => {}
-                RecoveredSlot::Prepare { header, body } if header.op > checkpoint_op => {
-                    self.journal.insert(Entry { header, body: Some(body), durable: true, faulty: false });
+                RecoveredSlot::Prepare { header, body, redundant } if header.op > checkpoint_op => {
+                    // Without its redundant header the prepare was never acknowledged, and is not
+                    // yet safe to acknowledge: it is written again (prepare, then header) first.
+                    self.journal.insert(Entry { header, body: Some(body), durable: redundant, faulty: false });
+                    if !redundant {
+                        unconfirmed.push(header.op);
+                    }
                 }
                 RecoveredSlot::HeaderOnly(header) if header.op > checkpoint_op => {
                     self.journal.insert(Entry { header, body: None, durable: false, faulty: true });
@@ -271,6 +277,11 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         self.journal.retain(checkpoint_op, head.0);
+        for op in unconfirmed {
+            if self.journal.get(op).is_some_and(|entry| entry.body.is_some() && !entry.durable) {
+                self.wal.queue_after_open(op);
+            }
+        }
         self.view = state.view;
         self.log_view = state.log_view;
         self.start_view_sequence = state.log_view_sequence;
@@ -290,6 +301,7 @@ impl<S: StateMachine> Replica<S> {
             formatted: false,
         });
         self.timeouts_for_status(io);
+        self.wal_flush(io);
         self.on_request_start_view_timeout(io);
     }
 }

@@ -5,7 +5,13 @@
 //!
 //! What to fetch is decided by the hash chain alone: walking down from the head of the view, each
 //! prepare names its parent's checksum, so a missing or wrong prepare is asked for by (op,
-//! checksum), and any peer's copy that matches is the right one, whoever sends it.
+//! checksum), and any peer's copy that matches is the right one, whoever sends it. Breaks in the
+//! chain are filled with headers in bulk first (request_headers), then bodies.
+//!
+//! A primary whose view change gave it an uncommitted op that nobody can supply (its only durable
+//! copy was on a disk that lost it) asks every backup; a backup that never held it durably says so
+//! (nack_prepare). Enough nacks prove the op never committed, and the primary cuts its log short
+//! there and starts the view's log again with a higher start_view sequence (see `view_change`).
 
 use vireo_io::Io;
 

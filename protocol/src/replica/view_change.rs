@@ -9,6 +9,11 @@
 //! meets every replication quorum, and a replica votes only with everything it acknowledged. It
 //! makes that log durable, then broadcasts start_view; backups install it, make it durable, and
 //! acknowledge its uncommitted suffix so the new primary can commit it.
+//!
+//! Within one view the log normally only grows, but a primary may cut it short once (nack quorum,
+//! see `repair`): each such start_view carries a higher sequence, persisted with `log_view`, and
+//! logs compare by (log_view, sequence) before length. A prepare carries the sequence it was made
+//! under: backups append, and take commit numbers, only from prepares of their exact log.
 
 use vireo_io::Io;
 use vireo_storage::layout::HEADER_SIZE;
