@@ -7,6 +7,7 @@
 //! checkpoint_op u64, checkpoint_checksum u128, offset_frontier u64 (the fields `PROTOCOL.md`
 //! fixes), then Vireo's extension: snapshot_size u64, snapshot_checksum u64, snapshot_region u8,
 //! log_view_sequence u64 (how many times the primary of `log_view` cut that view's log short),
+//! log_op u64 and log_op_checksum u128 (the head of that log, which the replica may not hold yet),
 //! view_headers_count u32 and that many 256-byte prepare headers (the log suffix of `log_view` as
 //! its start_view gave it).
 //!
@@ -25,7 +26,7 @@ pub const MAGIC: u32 = u32::from_le_bytes(*b"SBLK");
 pub const VERSION: u16 = 1;
 
 const RECORD_PREFIX_SIZE: usize = 4 + 2 + 2 + 8 + 8 + 4;
-const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 1 + 8 + 4;
+const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 1 + 8 + 8 + 16 + 4;
 
 /// How many view headers a superblock may carry: bounds its size on disk.
 pub const VIEW_HEADERS_MAX: usize = 64;
@@ -51,6 +52,10 @@ pub struct VsrState {
     /// Within `log_view`: which of its primary's start_views this log is (a primary that proves
     /// an uncommitted op lost cuts its log short and starts the view's log again, one higher).
     pub log_view_sequence: u64,
+    /// The head of the log of `log_view` and its checksum: a replica promises at least this log,
+    /// even before it holds every header of it.
+    pub log_op: u64,
+    pub log_op_checksum: u128,
     /// The log suffix of `log_view`, oldest first, as raw 256-byte prepare headers.
     pub view_headers: Vec<[u8; HEADER_SIZE]>,
 }
@@ -97,6 +102,8 @@ impl Superblock {
         payload.extend_from_slice(&state.snapshot_checksum.to_le_bytes());
         payload.push(state.snapshot_region);
         payload.extend_from_slice(&state.log_view_sequence.to_le_bytes());
+        payload.extend_from_slice(&state.log_op.to_le_bytes());
+        payload.extend_from_slice(&state.log_op_checksum.to_le_bytes());
         payload.extend_from_slice(&(state.view_headers.len() as u32).to_le_bytes());
         for header in &state.view_headers {
             payload.extend_from_slice(header);
@@ -190,6 +197,8 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
     let snapshot_checksum = reader.u64()?;
     let snapshot_region = reader.u8()?;
     let log_view_sequence = reader.u64()?;
+    let log_op = reader.u64()?;
+    let log_op_checksum = reader.u128()?;
     let view_headers_count = reader.u32()? as usize;
     if view_headers_count > VIEW_HEADERS_MAX || log_view > view || snapshot_region > 1 {
         return Err(SuperblockError::Payload(reader.offset));
@@ -215,6 +224,8 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
         snapshot_checksum,
         snapshot_region,
         log_view_sequence,
+        log_op,
+        log_op_checksum,
         view_headers,
     })
 }
@@ -255,6 +266,8 @@ mod tests {
                 snapshot_checksum: 11,
                 snapshot_region: 1,
                 log_view_sequence: 2,
+                log_op: 99,
+                log_op_checksum: 0x77,
                 view_headers: vec![[7u8; HEADER_SIZE]; view_headers],
             },
         }

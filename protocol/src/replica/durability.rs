@@ -359,6 +359,8 @@ impl<S: StateMachine> Replica<S> {
             snapshot_checksum,
             snapshot_region,
             log_view_sequence: self.start_view_sequence,
+            log_op: self.op,
+            log_op_checksum: self.op_checksum,
             view_headers: self
                 .view_headers()
                 .iter()

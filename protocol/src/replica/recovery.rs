@@ -266,6 +266,14 @@ impl<S: StateMachine> Replica<S> {
             }
             head = (header.op, header.checksum);
         }
+        // The head the superblock promises, even if neither the slots nor the view headers hold
+        // it (repair and state transfer fetch what lies below it).
+        if state.log_op > head.0 {
+            head = (state.log_op, state.log_op_checksum);
+            if self.journal.get(head.0).is_some_and(|entry| entry.header.checksum != head.1) {
+                self.journal.remove(head.0);
+            }
+        }
         // Then what this replica appended in the same view, as long as it chains.
         loop {
             let next = head.0 + 1;
