@@ -424,7 +424,11 @@ impl<S: StateMachine> Replica<S> {
             assert_eq!(self.op_checksum, self.commit_min_checksum);
         }
         if let Some(entry) = self.journal.get(self.op) {
-            assert_eq!(entry.header.checksum, self.op_checksum);
+            assert_eq!(
+                entry.header.checksum, self.op_checksum,
+                "replica {}: the journal's op {} is not the head's prepare ({:?}, view {})",
+                self.replica, self.op, self.status, self.view
+            );
         }
         if self.status == Status::Normal && self.is_primary() {
             assert!(self.pipeline.iter().all(|entry| entry.op > self.commit_max && entry.op <= self.op));

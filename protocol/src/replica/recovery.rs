@@ -274,11 +274,16 @@ impl<S: StateMachine> Replica<S> {
                 self.journal.remove(head.0);
             }
         }
-        // Then what this replica appended in the same view, as long as it chains.
+        // Then what this replica appended to that same log (same view, same start_view), as long
+        // as it chains.
         loop {
             let next = head.0 + 1;
             match self.journal.get(next) {
-                Some(entry) if entry.header.parent == head.1 && entry.header.view == state.log_view => {
+                Some(entry)
+                    if entry.header.parent == head.1
+                        && entry.header.view == state.log_view
+                        && entry.header.context as u64 == state.log_view_sequence =>
+                {
                     head = (next, entry.header.checksum);
                 }
                 _ => break,

@@ -283,9 +283,16 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         self.journal.retain(0, op);
+        if self.journal.get(op).is_some_and(|entry| entry.header.checksum != op_checksum) {
+            // Our own prepare at the new head is another view's: the view's log names a different one.
+            self.journal.remove(op);
+        }
+        if op == self.commit_min {
+            assert_eq!(op_checksum, self.commit_min_checksum, "the view's head is our executed op, another prepare");
+        }
         self.log_headers = headers.to_vec();
         self.op = op;
-        self.op_checksum = if op == self.commit_min { self.commit_min_checksum } else { op_checksum };
+        self.op_checksum = op_checksum;
         self.log_view = self.view;
         self.commit_max_advance(commit_max);
     }
