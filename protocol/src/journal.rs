@@ -115,9 +115,9 @@ fn valid_prepare_header(header: Header, layout: &WalLayout, slot: u64) -> bool {
 ///
 /// The prepare is synced before its redundant header is written, so:
 /// - both valid and equal: the prepare;
-/// - both valid, different ops: the newer op wins; if that is the header's, its prepare was
-///   durable and has since been damaged (or misdirected): header only;
-/// - both valid, same op, different checksums: the prepare, which is always written first;
+/// - both valid, different: the newer (op, view, start_view) wins; if that is the header's, its
+///   prepare was durable and has since been damaged or misdirected: header only; if it is the
+///   prepare's, its header was not written yet;
 /// - prepare valid, header not: the prepare (its header write was lost or damaged);
 /// - header valid, prepare not: header only;
 /// - neither: empty.
@@ -140,7 +140,11 @@ pub fn recover_slot(
     });
     match (prepare, redundant) {
         (Some((header, body)), Some(redundant)) => {
-            if redundant.op > header.op {
+            // Newer means a higher op, or for the same op a later view, or a later start_view of
+            // that view (`context`): a misdirected write can leave an older prepare of the same
+            // op in the prepares zone while the headers zone already names its successor.
+            let age = |header: &Header| (header.op, header.view, header.context);
+            if age(&redundant) > age(&header) {
                 RecoveredSlot::HeaderOnly(redundant)
             } else {
                 let redundant = redundant.checksum == header.checksum;
@@ -197,6 +201,10 @@ mod tests {
         let same_op = slot_bytes(&h3_other, &b3_other, &layout);
         let rewritten = recover_slot(&layout, 3, Some(&h3.encode()), Some(&same_op));
         assert_eq!(rewritten, RecoveredSlot::Prepare { header: h3_other, body: b3_other, redundant: false });
+        // The header names a later view's prepare of the same op than the prepares zone holds
+        // (that prepare's write went astray): header only.
+        let stale = recover_slot(&layout, 3, Some(&h3_other.encode()), Some(&p3));
+        assert_eq!(stale, RecoveredSlot::HeaderOnly(h3_other));
         assert_eq!(recover_slot(&layout, 3, Some(&h3.encode()), Some(&torn)), RecoveredSlot::HeaderOnly(h3));
         assert_eq!(recover_slot(&layout, 3, None, None), RecoveredSlot::Empty);
         assert_eq!(recover_slot(&layout, 3, Some(&[0u8; 256]), Some(&torn)), RecoveredSlot::Empty);

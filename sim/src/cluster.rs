@@ -364,6 +364,9 @@ impl Cluster {
                     ),
                     ReplicaEvent::CheckpointDurable { op } => format!("r{index} checkpoint op={op}"),
                     ReplicaEvent::StateTransferred { op } => format!("r{index} state transfer to op={op}"),
+                    ReplicaEvent::LogTruncated { op, sequence } => {
+                        format!("r{index} truncated its log below op={op} (start_view sequence {sequence})")
+                    }
                 };
                 self.log(|| line);
             }

@@ -178,7 +178,11 @@ impl<S: StateMachine> Replica<S> {
     pub fn debug_pipelines(&self) -> String {
         let walk = self.walk_chain(4);
         format!(
-            "chain_complete={} missing_body={:?} repair={:?} wal={:?}/{} queued={:?} superblock={:?} snapshot={:?} wal_op_limit={}",
+            "pipeline={:?} requests_queued={} sequence={}/{} chain_complete={} missing_body={:?} repair={:?} wal={:?}/{} queued={:?} superblock={:?} snapshot={:?} wal_op_limit={}",
+            self.pipeline.iter().map(|entry| (entry.op, entry.checksum as u16, entry.acks)).collect::<Vec<_>>(),
+            self.request_queue.len(),
+            self.start_view_sequence,
+            self.superblock_durable().log_view_sequence,
             walk.complete,
             walk.lowest_missing_body,
             walk.repair.iter().map(|(op, checksum)| (*op, *checksum as u16)).collect::<Vec<_>>(),

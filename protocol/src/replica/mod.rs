@@ -59,11 +59,33 @@ pub enum Status {
 /// What a replica tells its driver (the simulator's checkers and traces read these).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ReplicaEvent {
-    Opened { view: u32, log_view: u32, op: u64, commit_min: u64, formatted: bool },
-    StatusChanged { status: Status, view: u32 },
-    Committed { op: u64, checksum: u128, digest: u64 },
-    CheckpointDurable { op: u64 },
-    StateTransferred { op: u64 },
+    Opened {
+        view: u32,
+        log_view: u32,
+        op: u64,
+        commit_min: u64,
+        formatted: bool,
+    },
+    StatusChanged {
+        status: Status,
+        view: u32,
+    },
+    Committed {
+        op: u64,
+        checksum: u128,
+        digest: u64,
+    },
+    CheckpointDurable {
+        op: u64,
+    },
+    StateTransferred {
+        op: u64,
+    },
+    /// A primary cut its view's log short below `op` (a nack quorum proved it uncommitted).
+    LogTruncated {
+        op: u64,
+        sequence: u64,
+    },
 }
 
 /// An uncommitted prepare of the primary's pipeline, with the backups that acknowledged it.

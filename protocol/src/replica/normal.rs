@@ -36,6 +36,8 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if self.request_in_flight(header.client, header.request, register) {
+            // Already queued or prepared; the queue may be waiting for room.
+            self.primary_prepare(io);
             return;
         }
         if register {
@@ -156,6 +158,10 @@ impl<S: StateMachine> Replica<S> {
             // A prepare's commit is an op its primary knew committed, below anything a later
             // start_view could have cut: our log holds that prefix too.
             self.commit_max_advance(header.commit);
+            if self.status == Status::Normal && self.is_primary() {
+                // The pipeline may have shrunk: commit what we can and prepare what waits.
+                self.primary_commit(io);
+            }
         } else if header.view == self.view {
             // This view's primary cut its log short since our start_view: fetch the new one
             // before trusting any of its commits.
@@ -485,6 +491,8 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || !self.is_primary() {
             return;
         }
+        // Whatever made queued requests wait (a full pipeline, the superblock) may have passed.
+        self.primary_prepare(io);
         let mut header = self.header(Command::Commit);
         header.commit = self.commit_max;
         header.request = self.start_view_sequence;

@@ -332,6 +332,7 @@ impl<S: StateMachine> Replica<S> {
         self.op_checksum = if self.op == self.commit_min { self.commit_min_checksum } else { parent };
         self.pipeline.retain(|entry| entry.op < op);
         self.start_view_sequence += 1;
+        self.event(ReplicaEvent::LogTruncated { op, sequence: self.start_view_sequence });
         self.superblock_update(io);
         self.send_start_view(io, None);
     }
