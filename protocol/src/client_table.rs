@@ -47,6 +47,10 @@ impl ClientTable {
         ClientTable { entries: BTreeMap::new(), clients_max }
     }
 
+    pub fn clients_max(&self) -> usize {
+        self.clients_max
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

@@ -15,6 +15,23 @@ pub struct BatchedRequest<'a> {
     pub body: &'a [u8],
 }
 
+/// Whether a prepare body from a peer is `count` whole request frames, back to back: checked
+/// before it enters the journal, so that `batched_requests` never meets a malformed one.
+pub fn valid_batch(prepare_body: &[u8], count: u32) -> bool {
+    let mut offset = 0usize;
+    let mut seen = 0u32;
+    while offset < prepare_body.len() {
+        let Ok(header) = Header::decode(&prepare_body[offset..]) else { return false };
+        let size = header.size as usize;
+        if header.command != Command::Request || size < HEADER_SIZE || size > prepare_body.len() - offset {
+            return false;
+        }
+        offset += size;
+        seen += 1;
+    }
+    seen == count
+}
+
 /// Iterates over the requests of a prepare body. The primary validated every frame before
 /// batching it, so a malformed body here is a broken invariant, not bad input.
 pub fn batched_requests(prepare_body: &[u8]) -> impl Iterator<Item = BatchedRequest<'_>> {

@@ -208,6 +208,31 @@ impl<S: StateMachine> Replica<S> {
             && self.superblock_durable().log_view_sequence == self.start_view_sequence
     }
 
+    /// Whether acknowledging `op` is a promise this replica keeps across a crash: the durable
+    /// superblock holds our current log (view and start_view) with a head at or above `op`, or
+    /// every op from that head up to `op` is a durable prepare of this log, a chain recovery
+    /// follows. The chain's end is cached and only ever extended until the log is replaced.
+    pub(super) fn ack_safe(&mut self, op: u64) -> bool {
+        if !self.log_view_durable() {
+            return false;
+        }
+        let durable_head = self.superblock_durable().log_op;
+        self.durable_chain_op = self.durable_chain_op.max(durable_head);
+        while self.durable_chain_op < op {
+            let next = self.durable_chain_op + 1;
+            let chained = self.journal.get(next).is_some_and(|entry| {
+                entry.durable
+                    && entry.header.view == self.view
+                    && entry.header.context as u64 == self.start_view_sequence
+            });
+            if !chained {
+                break;
+            }
+            self.durable_chain_op = next;
+        }
+        op <= self.durable_chain_op
+    }
+
     pub(super) fn view_durable(&self) -> bool {
         self.superblock.durable.sequence > 0 && self.superblock_durable().view >= self.view
     }

@@ -161,6 +161,9 @@ pub struct Replica<S: StateMachine> {
     primary_silent_ticks: u64,
     /// Ticks since each replica last acknowledged one of our prepares (as primary).
     ack_silent_ticks: Vec<u64>,
+    /// Every op up to here is either under the durable superblock's log head or a durable prepare
+    /// chained above it (see `ack_safe`); reset whenever the log is replaced.
+    durable_chain_op: u64,
     /// Prepares after our head were asked for this tick already.
     repair_after_head_requested: bool,
 
@@ -214,6 +217,7 @@ impl<S: StateMachine> Replica<S> {
             timeout_request_start_view: Timeout::new(config.request_start_view_timeout_ticks, true),
             primary_silent_ticks: 0,
             ack_silent_ticks: vec![u64::MAX / 2; count],
+            durable_chain_op: 0,
             repair_after_head_requested: false,
             opening: None,
             events: VecDeque::new(),

@@ -8,7 +8,7 @@ use crate::client_table::{ClientEntry, RequestOutcome};
 use crate::config::Bug;
 use crate::header::{Command, Header, Message};
 use crate::journal::Entry;
-use crate::request::{batched_requests, OPERATION_REGISTER};
+use crate::request::{batched_requests, valid_batch, OPERATION_REGISTER};
 use crate::state_machine::StateMachine;
 
 /// Eviction reasons (byte 255 of an eviction).
@@ -143,7 +143,11 @@ impl<S: StateMachine> Replica<S> {
 
     pub(super) fn on_prepare(&mut self, io: &mut impl Io, message: Message) {
         let header = message.header;
-        if header.command != Command::Prepare || header.op == 0 || header.size as u64 > self.config.prepare_size_max {
+        if header.command != Command::Prepare
+            || header.op == 0
+            || header.size as u64 > self.config.prepare_size_max
+            || !valid_batch(&message.body, header.count)
+        {
             return;
         }
         if header.view > self.view && self.status != Status::Opening {
@@ -228,13 +232,14 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || self.is_primary() {
             return;
         }
-        if !self.log_view_durable() {
-            return;
-        }
         let Some(entry) = self.journal.get(op) else { return };
         if !entry.durable || entry.body.is_none() {
             return;
         }
+        if !self.ack_safe(op) {
+            return;
+        }
+        let entry = self.journal.get(op).expect("checked");
         let checksum = entry.header.checksum;
         self.send_prepare_ok_unchecked(io, op, checksum);
     }
@@ -252,7 +257,7 @@ impl<S: StateMachine> Replica<S> {
     /// Acknowledges every durable prepare of the uncommitted suffix (after a view starts, or once
     /// the superblock holds the view).
     pub(super) fn send_prepare_oks(&mut self, io: &mut impl Io) {
-        for op in self.commit_max + 1..=self.op {
+        for op in self.commit_max.saturating_add(1)..=self.op {
             self.send_prepare_ok(io, op);
         }
     }
@@ -280,7 +285,6 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || !self.is_primary() {
             return;
         }
-        let log_view_durable = self.log_view_durable();
         for index in 0..self.pipeline.len() {
             if self.pipeline[index].checksum == 0 {
                 // A view change left this op's header to repair: learn its checksum once the
@@ -291,8 +295,9 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         while let Some(front) = self.pipeline.front() {
-            let own =
-                log_view_durable && self.journal.get_exact(front.op, front.checksum).is_some_and(|entry| entry.durable);
+            let (op, checksum) = (front.op, front.checksum);
+            let own = self.journal.get_exact(op, checksum).is_some_and(|entry| entry.durable) && self.ack_safe(op);
+            let front = self.pipeline.front().expect("checked");
             let acks = front.acks.count_ones() as usize + own as usize;
             let quorum =
                 if self.config.bug == Some(Bug::CommitWithoutQuorum) { 1 } else { self.config.quorum_replication() };
@@ -505,6 +510,6 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || self.is_primary() {
             return;
         }
-        self.start_view_change(io, self.view + 1);
+        self.start_view_change(io, self.view.saturating_add(1));
     }
 }

@@ -331,6 +331,7 @@ impl<S: StateMachine> Replica<S> {
         self.op = op - 1;
         self.op_checksum = if self.op == self.commit_min { self.commit_min_checksum } else { parent };
         self.pipeline.retain(|entry| entry.op < op);
+        self.durable_chain_op = 0;
         self.start_view_sequence += 1;
         self.event(ReplicaEvent::LogTruncated { op, sequence: self.start_view_sequence });
         self.superblock_update(io);
@@ -428,7 +429,10 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         let Some(snapshot) = super::durability::Snapshot::<S>::decode(&message.body) else { return };
-        if snapshot.op != header.op || snapshot.checksum != header.parent {
+        if snapshot.op != header.op
+            || snapshot.checksum != header.parent
+            || snapshot.client_table.clients_max() != self.config.clients_max
+        {
             return;
         }
         let op = snapshot.op;
@@ -441,6 +445,8 @@ impl<S: StateMachine> Replica<S> {
             self.op_checksum = header.parent;
         }
         self.journal.retain(op, self.op);
+        self.durable_chain_op = 0;
+        self.timestamp_last = self.timestamp_last.max(snapshot.timestamp);
         self.commit_stall_ticks = 0;
         self.event(ReplicaEvent::StateTransferred { op });
         self.checkpoint_write(io, op, header.parent, message.body);

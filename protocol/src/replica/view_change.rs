@@ -57,7 +57,7 @@ pub fn decode_headers(body: &[u8]) -> Option<Vec<Header>> {
         }
         if let Some(previous) = headers.last() {
             let previous: &Header = previous;
-            if header.op != previous.op + 1 || header.parent != previous.checksum {
+            if Some(header.op) != previous.op.checked_add(1) || header.parent != previous.checksum {
                 return None;
             }
         }
@@ -291,6 +291,7 @@ impl<S: StateMachine> Replica<S> {
             assert_eq!(op_checksum, self.commit_min_checksum, "the view's head is our executed op, another prepare");
         }
         self.log_headers = headers.to_vec();
+        self.durable_chain_op = 0;
         self.op = op;
         self.op_checksum = op_checksum;
         self.log_view = self.view;
@@ -302,7 +303,7 @@ impl<S: StateMachine> Replica<S> {
         self.set_status(Status::Normal);
         self.start_view_installed = false;
         self.pipeline.clear();
-        for op in self.commit_max + 1..=self.op {
+        for op in self.commit_max.saturating_add(1)..=self.op {
             // 0 until repair finds the header the chain expects here.
             let checksum = self.expected_checksum(op).unwrap_or(0);
             self.pipeline.push_back(PipelineEntry { op, checksum, acks: 0, nacks: 0 });
@@ -340,6 +341,11 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if header.view == self.view && self.status == Status::Normal && header.request <= self.start_view_sequence {
+            return;
+        }
+        if header.view == self.log_view && (header.request, header.op) < (self.start_view_sequence, self.op) {
+            // An older start_view of the log we already hold (delayed or duplicated, perhaps
+            // arriving after a restart): installing it would cut ops we may have acknowledged.
             return;
         }
         if header.replica != self.primary_of(header.view) || header.op < header.commit {
@@ -421,7 +427,7 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::ViewChange {
             return;
         }
-        self.start_view_change(io, self.view + 1);
+        self.start_view_change(io, self.view.saturating_add(1));
     }
 
     pub(super) fn on_request_start_view_timeout(&mut self, io: &mut impl Io) {
@@ -431,7 +437,7 @@ impl<S: StateMachine> Replica<S> {
         if self.timeout_request_start_view.attempts >= 4 || self.primary_of(self.view) == self.replica {
             // Nobody answers for this view: a view change will find out what the cluster holds.
             let view = if self.primary_of(self.view) == self.replica && self.replica_count() > 1 {
-                self.view + 1
+                self.view.saturating_add(1)
             } else {
                 self.view
             };
