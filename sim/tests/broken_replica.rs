@@ -18,10 +18,11 @@ fn first_failure(bug: Bug, overrides: &Overrides, seeds_max: u64) -> Option<(u64
 
 #[test]
 fn a_backup_that_acknowledges_before_writing_loses_acknowledged_writes() {
-    // Crashes lose what the backup acknowledged but never wrote; with three replicas and heavy
-    // faults the commit history diverges or an acknowledged request disappears.
-    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..Default::default() };
-    let (seed, code, message) = first_failure(Bug::AckBeforeDurable, &overrides, 400).expect("caught within 400 seeds");
+    // Crashes lose what the backup acknowledged but never wrote. Four replicas commit with two
+    // acknowledgements and may have two down at once, so the primary and that backup can both be
+    // gone when the view changes: an acknowledged request disappears or the history diverges.
+    let overrides = Overrides { replicas: Some(4), faults: Some(FaultLevel::Heavy), ..Default::default() };
+    let (seed, code, message) = first_failure(Bug::AckBeforeDurable, &overrides, 600).expect("caught within 600 seeds");
     assert!(code == 129 || code == 127, "seed {seed}: exit {code}: {message}");
     eprintln!("ack-before-durable caught at seed {seed}: {message}");
 }

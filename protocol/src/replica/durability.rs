@@ -378,7 +378,7 @@ impl<S: StateMachine> Replica<S> {
             cluster: self.config.cluster,
             replica: self.replica,
             replica_count: self.config.replica_count,
-            view: self.view,
+            view: self.view_promised.max(self.log_view),
             log_view: self.log_view,
             commit_max: self.commit_max,
             checkpoint_op,

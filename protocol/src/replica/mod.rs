@@ -106,6 +106,9 @@ pub struct Replica<S: StateMachine> {
     replica: u8,
     status: Status,
     view: u32,
+    /// The highest view this replica promised not to go below (voted in, or installed): what the
+    /// superblock persists as `view`.
+    view_promised: u32,
     /// The view whose log this replica's log is (the latest view it installed a log from).
     log_view: u32,
     /// The head of the log and its checksum.
@@ -182,6 +185,7 @@ impl<S: StateMachine> Replica<S> {
             replica,
             status: Status::Opening,
             view: 0,
+            view_promised: 0,
             log_view: 0,
             op: 0,
             op_checksum: 0,
@@ -443,6 +447,7 @@ impl<S: StateMachine> Replica<S> {
         }
         assert!(self.commit_min <= self.commit_max, "commit_min {} > commit_max {}", self.commit_min, self.commit_max);
         assert!(self.commit_min <= self.op, "commit_min {} > op {}", self.commit_min, self.op);
+        assert!(self.log_view <= self.view_promised.max(self.log_view) && self.view_promised <= self.view);
         assert!(self.log_view <= self.view);
         assert!(self.pipeline.len() <= self.config.journal_slots as usize);
         assert!(self.request_queue.len() <= self.config.request_queue_max);

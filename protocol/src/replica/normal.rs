@@ -323,6 +323,15 @@ impl<S: StateMachine> Replica<S> {
             self.jump_to_newer_view(io, header.view);
             return;
         }
+        if header.view < self.view
+            && self.status == Status::ViewChange
+            && header.view >= self.view_promised
+            && header.view >= self.log_view
+            && header.replica == self.primary_of(header.view)
+        {
+            self.rejoin_view(io, header.view);
+            return;
+        }
         if self.status != Status::Normal
             || header.view != self.view
             || self.is_primary()

@@ -296,6 +296,7 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         self.view = state.view;
+        self.view_promised = state.view;
         self.log_view = state.log_view;
         self.start_view_sequence = state.log_view_sequence;
         self.op = head.0;

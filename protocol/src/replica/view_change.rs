@@ -104,7 +104,7 @@ impl<S: StateMachine> Replica<S> {
         self.pipeline.clear();
         self.request_queue.clear();
         self.timeouts_for_status(io);
-        self.superblock_update(io);
+        // No promise yet: a replica that hears no quorum may still return to the view it left.
         self.send_start_view_change(io);
         self.view_change_progress(io);
     }
@@ -203,6 +203,12 @@ impl<S: StateMachine> Replica<S> {
         let start_view_change_quorum = self.start_view_change_votes.count_ones() as usize
             >= self.config.quorum_view_change()
             || self.do_view_change_votes.iter().any(Option::is_some);
+        if start_view_change_quorum && self.view_promised < self.view {
+            // The promise a do_view_change makes (never again acknowledge an older view) must
+            // outlive a crash before the vote is cast.
+            self.view_promised = self.view;
+            self.superblock_update(io);
+        }
         if start_view_change_quorum && !self.do_view_change_sent && self.view_durable() {
             self.do_view_change_sent = true;
             if primary {
@@ -292,6 +298,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.log_headers = headers.to_vec();
         self.durable_chain_op = 0;
+        self.view_promised = self.view;
         self.op = op;
         self.op_checksum = op_checksum;
         self.log_view = self.view;
@@ -379,6 +386,18 @@ impl<S: StateMachine> Replica<S> {
         if self.status == Status::Normal && self.is_primary() && message.header.view <= self.view {
             self.send_start_view(io, Some(message.header.replica));
         }
+    }
+
+    /// A view change we started found no quorum, and the view we left is working: go back to it,
+    /// which is safe while we promised nothing beyond it (no do_view_change sent for a later view).
+    pub(super) fn rejoin_view(&mut self, io: &mut impl Io, view: u32) {
+        assert!(view < self.view && view >= self.view_promised && view >= self.log_view);
+        assert_eq!(self.status, Status::ViewChange);
+        self.view = view;
+        self.set_status(Status::Recovering);
+        self.do_view_change_sent = false;
+        self.timeouts_for_status(io);
+        self.send_request_start_view(io);
     }
 
     /// We saw a message of a view newer than ours: we missed its view change. Ask its primary for
