@@ -166,15 +166,16 @@ impl<S: StateMachine> Replica<S> {
         if self.status == Status::Normal && self.is_primary() {
             self.primary_repair_pipeline(io);
         }
-        let stalled =
-            self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS && self.peer_checkpoint_op > self.commit_min;
+        // Commits stalled for long: the prepares we lack may be gone from every WAL (checkpointed
+        // over), even if no peer told us of its checkpoint (an idle cluster sends us nothing).
+        let stalled = self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS;
         if walk.behind || stalled {
             // Ask the replica that told us of the newest checkpoint, and one more at random in
-            // case that one is gone.
+            // case that one is gone; only a peer whose checkpoint is ahead of us answers.
             let mut header = self.header(Command::RequestCheckpoint);
             header.commit = self.commit_min;
             let message = Message::new(header, Vec::new());
-            if self.peer_checkpoint_replica != self.replica {
+            if self.peer_checkpoint_replica != self.replica && self.peer_checkpoint_op > self.commit_min {
                 self.send(io, self.peer_checkpoint_replica, &message);
             }
             if let Some(peer) = self.repair_peer(io).filter(|peer| *peer != self.peer_checkpoint_replica) {
