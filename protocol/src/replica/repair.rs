@@ -132,6 +132,19 @@ impl<S: StateMachine> Replica<S> {
         if !self.repair_allowed() {
             return;
         }
+        // Headers a start_view gave us while they lay beyond our journal's window (we were too far
+        // behind to hold them) are taken in once the window reaches them: maybe nobody else has them.
+        for index in (0..self.log_headers.len()).rev() {
+            let header = self.log_headers[index];
+            if header.op > self.commit_min
+                && header.op <= self.op
+                && self.journal_holds(header.op)
+                && self.journal.get_exact(header.op, header.checksum).is_none()
+                && self.expected_checksum(header.op) == Some(header.checksum)
+            {
+                self.journal.insert(Entry::header_only(header));
+            }
+        }
         let walk = self.walk_chain(self.config.repair_batch_max);
         if !walk.complete {
             if let Some(&(op_max, _)) = walk.repair.last() {
