@@ -63,14 +63,6 @@ impl Checker {
         self.history.keys().next_back().copied().unwrap_or(0)
     }
 
-    pub fn model_op(&self) -> u64 {
-        self.model_op
-    }
-
-    pub fn model_digest(&self) -> u64 {
-        self.model.digest()
-    }
-
     /// Digest of the committed state after `op`, if some replica reported it.
     pub fn digest_at(&self, op: u64) -> Option<u64> {
         self.history.get(&op).map(|(_, digest)| *digest)

@@ -271,22 +271,12 @@ impl Cluster {
         self.trace_hash
     }
 
-    pub fn now_ns(&self) -> u64 {
-        self.now
-    }
-
     pub fn replica(&self, index: u8) -> Option<&Replica<RegisterLog>> {
         self.nodes[index as usize].replica.as_ref()
     }
 
     pub fn clients(&self) -> &[SimClient] {
         &self.clients
-    }
-
-    /// Stops injecting random faults (scripted scenarios inject their own).
-    pub fn disable_faults(&mut self) {
-        self.faults = false;
-        self.network.heal();
     }
 
     /// Prints trace lines as they happen instead of keeping them.
