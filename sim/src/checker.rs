@@ -63,6 +63,11 @@ impl Checker {
         self.history.keys().next_back().copied().unwrap_or(0)
     }
 
+    /// Whether the model still needs the prepare body of `op`.
+    pub fn needs_body(&self, op: u64) -> bool {
+        op > self.model_op && !self.bodies.contains_key(&op)
+    }
+
     /// Digest of the committed state after `op`, if some replica reported it.
     pub fn digest_at(&self, op: u64) -> Option<u64> {
         self.history.get(&op).map(|(_, digest)| *digest)
@@ -96,7 +101,7 @@ impl Checker {
                 self.history.insert(op, (checksum, digest));
             }
         }
-        if op > self.model_op && !self.bodies.contains_key(&op) {
+        if self.needs_body(op) {
             if let Some(body) = body {
                 self.bodies.insert(op, (checksum, body.to_vec()));
             }

@@ -335,7 +335,12 @@ impl Cluster {
             let Some(event) = replica.poll_event() else { return Ok(()) };
             match &event {
                 ReplicaEvent::Committed { op, checksum, digest } => {
-                    let body = replica.prepare_body(*op, *checksum).map(<[u8]>::to_vec);
+                    // Only the first replica to commit an op hands its body to the model.
+                    let body = if self.checker.needs_body(*op) {
+                        replica.prepare_body(*op, *checksum).map(<[u8]>::to_vec)
+                    } else {
+                        None
+                    };
                     self.hash(&[1, index as u64, *op, *checksum as u64, *digest]);
                     self.checker.on_commit(index, *op, *checksum, *digest, body.as_deref())?;
                 }
