@@ -7,8 +7,8 @@
 //! completion is never delivered inline from the call that asked for it: that is what lets the
 //! simulator delay, reorder, fail or lose it.
 //!
-//! Two drivers implement this trait: the simulator in `vireo-sim` (virtual time, seeded faults) and,
-//! later, the glommio io_uring driver (one shard per core).
+//! Two drivers implement this trait: the simulator in `vireo-sim` (virtual time, seeded faults) and
+//! the glommio io_uring driver in `glommio` (Linux; one shard per core).
 
 use std::fmt;
 
@@ -35,10 +35,130 @@ impl fmt::Display for Peer {
     }
 }
 
-/// A file a state machine owns, named by the state machine's own numbering (the driver maps it to a
-/// path under the data directory).
+/// A group's namespace, packed as `PROTOCOL.md` says: stream (20 bits) << 32 | topic (12 bits) << 20 |
+/// partition (20 bits); bit 63 marks the metadata group. Every durable thing a replica group owns
+/// lives in its namespace's directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FileId(pub u8);
+pub struct Namespace(pub u64);
+
+impl Namespace {
+    pub const METADATA: Namespace = Namespace(1 << 63);
+    pub const STREAM_MAX: u32 = (1 << 20) - 1;
+    pub const TOPIC_MAX: u32 = (1 << 12) - 1;
+    pub const PARTITION_MAX: u32 = (1 << 20) - 1;
+
+    pub fn partition(stream: u32, topic: u32, partition: u32) -> Namespace {
+        assert!(stream <= Self::STREAM_MAX && topic <= Self::TOPIC_MAX && partition <= Self::PARTITION_MAX);
+        Namespace(((stream as u64) << 32) | ((topic as u64) << 20) | partition as u64)
+    }
+
+    pub fn is_metadata(self) -> bool {
+        self.0 >> 63 == 1
+    }
+
+    /// (stream, topic, partition) of a partition's namespace.
+    pub fn unpack(self) -> (u32, u32, u32) {
+        (((self.0 >> 32) & 0xf_ffff) as u32, ((self.0 >> 20) & 0xfff) as u32, (self.0 & 0xf_ffff) as u32)
+    }
+
+    /// The directory, relative to the data directory, holding this namespace's files.
+    pub fn directory(self) -> String {
+        if self.is_metadata() {
+            "metadata".to_string()
+        } else {
+            let (stream, topic, partition) = self.unpack();
+            format!("streams/{stream}/topics/{topic}/partitions/{partition}")
+        }
+    }
+}
+
+/// Which file of a namespace: the names are fixed by the data-directory layout (`ARCHITECTURE.md`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FileKind {
+    SuperblockA,
+    SuperblockB,
+    /// `journal.wal`: the VSR write-ahead log of a group that keeps one (the metadata plane).
+    Wal,
+    /// `snapshot.bin`: checkpoints of that group's state.
+    Snapshot,
+    /// `{start_offset:020}.log`: a partition segment.
+    Segment(u64),
+    /// `{start_offset:020}.index`: the sparse index of that segment.
+    Index(u64),
+    /// `offsets/consumers/{id}`.
+    ConsumerOffset(u32),
+    /// `offsets/groups/{id}`.
+    GroupOffset(u32),
+}
+
+impl FileKind {
+    /// The file's path relative to its namespace's directory.
+    pub fn file_name(self) -> String {
+        match self {
+            FileKind::SuperblockA => "superblock.a".to_string(),
+            FileKind::SuperblockB => "superblock.b".to_string(),
+            FileKind::Wal => "journal.wal".to_string(),
+            FileKind::Snapshot => "snapshot.bin".to_string(),
+            FileKind::Segment(start) => format!("{start:020}.log"),
+            FileKind::Index(start) => format!("{start:020}.index"),
+            FileKind::ConsumerOffset(id) => format!("offsets/consumers/{id}"),
+            FileKind::GroupOffset(id) => format!("offsets/groups/{id}"),
+        }
+    }
+
+    /// The inverse of `file_name`; `None` for a name that is not one of Vireo's files.
+    pub fn parse(name: &str) -> Option<FileKind> {
+        let number = |digits: &str| -> Option<u64> {
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
+        };
+        match name {
+            "superblock.a" => Some(FileKind::SuperblockA),
+            "superblock.b" => Some(FileKind::SuperblockB),
+            "journal.wal" => Some(FileKind::Wal),
+            "snapshot.bin" => Some(FileKind::Snapshot),
+            _ => {
+                if let Some(start) = name.strip_suffix(".log").filter(|digits| digits.len() == 20) {
+                    return number(start).map(FileKind::Segment);
+                }
+                if let Some(start) = name.strip_suffix(".index").filter(|digits| digits.len() == 20) {
+                    return number(start).map(FileKind::Index);
+                }
+                if let Some(id) = name.strip_prefix("offsets/consumers/") {
+                    return number(id).and_then(|id| u32::try_from(id).ok()).map(FileKind::ConsumerOffset);
+                }
+                if let Some(id) = name.strip_prefix("offsets/groups/") {
+                    return number(id).and_then(|id| u32::try_from(id).ok()).map(FileKind::GroupOffset);
+                }
+                None
+            }
+        }
+    }
+}
+
+/// A file a state machine owns: which group's, and which of its files. The driver maps it to a
+/// path under the data directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FileId {
+    pub namespace: Namespace,
+    pub kind: FileKind,
+}
+
+impl FileId {
+    pub fn new(namespace: Namespace, kind: FileKind) -> FileId {
+        FileId { namespace, kind }
+    }
+
+    /// The path relative to the data directory.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.namespace.directory(), self.kind.file_name())
+    }
+}
+
+impl fmt::Display for FileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.path())
+    }
+}
 
 /// Identifies an outstanding I/O request; handed back unchanged in its completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,20 +173,50 @@ pub enum IoError {
     /// The device is full (ENOSPC); nothing was written.
     #[error("no space left on the device")]
     NoSpace,
+    /// The file does not exist (a read, sync or remove of a file never written).
+    #[error("no such file")]
+    NotFound,
 }
 
 /// The result of one I/O request, delivered later as an event.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Completion {
-    Read { token: Token, result: Result<Vec<u8>, IoError> },
-    Write { token: Token, result: Result<(), IoError> },
-    Sync { token: Token, result: Result<(), IoError> },
+    Read {
+        token: Token,
+        result: Result<Vec<u8>, IoError>,
+    },
+    Write {
+        token: Token,
+        result: Result<(), IoError>,
+    },
+    Sync {
+        token: Token,
+        result: Result<(), IoError>,
+    },
+    Truncate {
+        token: Token,
+        result: Result<(), IoError>,
+    },
+    Remove {
+        token: Token,
+        result: Result<(), IoError>,
+    },
+    /// The files of a namespace, with their sizes in bytes, in `FileKind` order.
+    List {
+        token: Token,
+        result: Result<Vec<(FileKind, u64)>, IoError>,
+    },
 }
 
 impl Completion {
     pub fn token(&self) -> Token {
         match self {
-            Completion::Read { token, .. } | Completion::Write { token, .. } | Completion::Sync { token, .. } => *token,
+            Completion::Read { token, .. }
+            | Completion::Write { token, .. }
+            | Completion::Sync { token, .. }
+            | Completion::Truncate { token, .. }
+            | Completion::Remove { token, .. }
+            | Completion::List { token, .. } => *token,
         }
     }
 }
@@ -80,14 +230,26 @@ pub trait Io {
     /// may drop, delay, duplicate or reorder it.
     fn send(&mut self, to: Peer, message: Vec<u8>);
 
-    /// Reads `len` bytes at `offset`; bytes past the end of the file read as zero.
+    /// Reads `len` bytes at `offset`; bytes past the end of the file (or of a file never written)
+    /// read as zero.
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token);
 
-    /// Writes `bytes` at `offset`. Not durable until a later `sync` of the same file completes.
+    /// Writes `bytes` at `offset`, creating the file (and its directories) if need be. Not durable
+    /// until a later `sync` of the same file completes.
     fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token);
 
-    /// Makes every write to `file` that completed before this call durable.
+    /// Makes every write to `file` that completed before this call durable, and the file's
+    /// existence and size with them.
     fn sync(&mut self, file: FileId, token: Token);
+
+    /// Cuts the file to `len` bytes. Durable at the next completed `sync` of the file.
+    fn truncate(&mut self, file: FileId, len: u64, token: Token);
+
+    /// Deletes the file. Removing a file that does not exist succeeds.
+    fn remove(&mut self, file: FileId, token: Token);
+
+    /// Lists the files of a namespace with their sizes (what a recovery opens).
+    fn list(&mut self, namespace: Namespace, token: Token);
 
     /// Seeded randomness (jitter, nonces, peer choice). Deterministic in the simulator.
     fn random(&mut self) -> u64;

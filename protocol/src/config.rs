@@ -17,6 +17,8 @@ pub enum Bug {
 pub struct Config {
     pub cluster: u128,
     pub replica_count: u8,
+    /// The group this replica belongs to: where its superblock, WAL and checkpoints live.
+    pub namespace: vireo_io::Namespace,
     /// WAL slots; op x lives in slot x % journal_slots.
     pub journal_slots: u64,
     /// A prepare (header and body) never exceeds this, and so no WAL slot does.
@@ -51,6 +53,7 @@ impl Config {
         Config {
             cluster,
             replica_count,
+            namespace: vireo_io::Namespace::METADATA,
             journal_slots: 1024,
             prepare_size_max: 1024 * 1024,
             prepare_queue_max: 8,

@@ -10,7 +10,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
-use vireo_io::{Completion, FileId, Io, Peer, Token, TICK_NS};
+use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{Command, Header};
 use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
@@ -54,6 +54,9 @@ enum DiskRequest {
     Write { id: u64 },
     Read { file: FileId, offset: u64, len: usize },
     Sync { file: FileId },
+    Truncate { file: FileId, len: u64 },
+    Remove { file: FileId },
+    List { namespace: Namespace },
 }
 
 enum Event {
@@ -163,6 +166,21 @@ impl Io for SimIo<'_> {
         // fdatasync costs about 4 ms on our machines.
         let latency = self.latency(1_000_000, 4_000_000);
         self.complete(latency, DiskRequest::Sync { file }, token);
+    }
+
+    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
+        let latency = self.latency(20_000, 100_000);
+        self.complete(latency, DiskRequest::Truncate { file, len }, token);
+    }
+
+    fn remove(&mut self, file: FileId, token: Token) {
+        let latency = self.latency(20_000, 100_000);
+        self.complete(latency, DiskRequest::Remove { file }, token);
+    }
+
+    fn list(&mut self, namespace: Namespace, token: Token) {
+        let latency = self.latency(20_000, 100_000);
+        self.complete(latency, DiskRequest::List { namespace }, token);
     }
 
     fn random(&mut self) -> u64 {
@@ -483,8 +501,18 @@ impl Cluster {
                     DiskRequest::Read { file, offset, len } => {
                         Completion::Read { token, result: node.disk.read(file, offset, len, &mut self.rng, rates) }
                     }
+                    DiskRequest::Truncate { file, len } => {
+                        Completion::Truncate { token, result: node.disk.truncate(file, len) }
+                    }
+                    DiskRequest::Remove { file } => {
+                        node.disk.remove(file);
+                        Completion::Remove { token, result: Ok(()) }
+                    }
+                    DiskRequest::List { namespace } => {
+                        Completion::List { token, result: Ok(node.disk.list(namespace)) }
+                    }
                     DiskRequest::Sync { file } => {
-                        node.disk.sync(file);
+                        node.disk.sync(file).expect("a replica syncs only files it wrote");
                         Completion::Sync { token, result: Ok(()) }
                     }
                 };

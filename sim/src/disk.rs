@@ -11,25 +11,28 @@
 //!   (a bit flips on the way up, this read only). Superblock copies take read corruption only: a
 //!   torn write of one copy plus a damaged other copy is more than two copies can survive.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use vireo_io::{FileId, IoError};
-use vireo_storage::layout::{WalLayout, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+use vireo_io::{FileId, FileKind, IoError, Namespace};
+use vireo_storage::layout::WalLayout;
 
 use crate::rng::SimRng;
 use crate::scenario::FaultRates;
 
-pub const FILE_COUNT: usize = 4;
 /// Torn writes persist a prefix in units of this many bytes.
 const TEAR_UNIT: usize = 64;
 /// Latent sector errors are tracked at this granularity.
 const SECTOR_SIZE: u64 = 256;
+/// A misdirected partition write lands up to this many sectors away from where it was aimed.
+const MISDIRECT_SECTORS_MAX: u64 = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Zone {
     WalHeaders,
     WalPrepares,
     Superblock,
+    /// A partition's segments, indexes and consumer offsets.
+    Partition,
 }
 
 /// A file: what is on stable storage, and the writes since its last sync (the page cache). A read
@@ -38,6 +41,15 @@ pub enum Zone {
 struct SimFile {
     durable: Vec<u8>,
     unsynced: Vec<(u64, Vec<u8>)>,
+    /// The file's directory entry is durable: it has been synced once since it was created.
+    entry_durable: bool,
+}
+
+impl SimFile {
+    fn len(&self) -> u64 {
+        let overlay = self.unsynced.iter().map(|(offset, bytes)| offset + bytes.len() as u64).max().unwrap_or(0);
+        overlay.max(self.durable.len() as u64)
+    }
 }
 
 fn apply(target: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
@@ -49,21 +61,22 @@ fn apply(target: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
 }
 
 pub struct SimDisk {
-    files: [SimFile; FILE_COUNT],
+    files: BTreeMap<FileId, SimFile>,
     /// Writes submitted but not completed: (write id, file, offset, bytes).
     in_flight: Vec<(u64, FileId, u64, Vec<u8>)>,
     write_id_next: u64,
     layout: WalLayout,
-    /// The WAL zone this disk's faults hit, if it is one of the faulty disks.
+    /// The WAL zone this disk's faults hit, if it is one of the faulty disks. A faulty disk's
+    /// partition files take faults too: the partition plane repairs from its replicated state.
     pub fault_zone: Option<Zone>,
-    latent: BTreeSet<(u8, u64)>,
+    latent: BTreeSet<(FileId, u64)>,
     pub faults_injected: u64,
 }
 
 impl SimDisk {
     pub fn new(layout: WalLayout, fault_zone: Option<Zone>) -> SimDisk {
         SimDisk {
-            files: Default::default(),
+            files: BTreeMap::new(),
             in_flight: Vec::new(),
             write_id_next: 0,
             layout,
@@ -74,20 +87,26 @@ impl SimDisk {
     }
 
     fn zone(&self, file: FileId, offset: u64) -> Option<Zone> {
-        match file {
-            FILE_WAL if offset < self.layout.headers_zone_size() => Some(Zone::WalHeaders),
-            FILE_WAL => Some(Zone::WalPrepares),
-            FILE_SUPERBLOCK_A | FILE_SUPERBLOCK_B => Some(Zone::Superblock),
-            _ => None,
+        match file.kind {
+            FileKind::Wal if offset < self.layout.headers_zone_size() => Some(Zone::WalHeaders),
+            FileKind::Wal => Some(Zone::WalPrepares),
+            FileKind::SuperblockA | FileKind::SuperblockB if file.namespace.is_metadata() => Some(Zone::Superblock),
+            FileKind::Snapshot => None,
+            _ => Some(Zone::Partition),
         }
     }
 
     fn faulty(&self, file: FileId, offset: u64) -> bool {
         match (self.fault_zone, self.zone(file, offset)) {
-            (Some(_), Some(Zone::Superblock)) => true,
+            (Some(_), Some(Zone::Superblock | Zone::Partition)) => true,
             (Some(zone), Some(at)) => zone == at,
             _ => false,
         }
+    }
+
+    /// Faults that change what lands on the platter: not for superblocks (read corruption only).
+    fn write_faulty(&self, file: FileId, offset: u64) -> bool {
+        self.faulty(file, offset) && self.zone(file, offset) != Some(Zone::Superblock)
     }
 
     pub fn submit_write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>) -> u64 {
@@ -102,31 +121,43 @@ impl SimDisk {
         let index = self.in_flight.iter().position(|(write, ..)| *write == id).expect("write in flight");
         let (_, file, mut offset, mut bytes) = self.in_flight.remove(index);
         let zone = self.zone(file, offset);
-        if self.faulty(file, offset) && zone != Some(Zone::Superblock) {
+        if zone == Some(Zone::Partition) && self.write_faulty(file, offset) && rng.chance(rates.latent_sector_ppm) {
+            // The device is full for this write: nothing of it lands.
+            self.faults_injected += 1;
+            return Err(IoError::NoSpace);
+        }
+        if self.write_faulty(file, offset) {
             if rng.chance(rates.write_corruption_ppm) && !bytes.is_empty() {
                 let bit = rng.below(bytes.len() as u64 * 8);
                 bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
                 self.faults_injected += 1;
             } else if rng.chance(rates.misdirected_write_ppm) {
-                let slot = rng.below(self.layout.slot_count);
                 offset = match zone {
-                    Some(Zone::WalHeaders) => self.layout.header_offset(slot),
-                    _ => self.layout.prepare_offset(slot),
+                    Some(Zone::WalHeaders) => self.layout.header_offset(rng.below(self.layout.slot_count)),
+                    Some(Zone::WalPrepares) => self.layout.prepare_offset(rng.below(self.layout.slot_count)),
+                    _ => {
+                        let shift = (1 + rng.below(MISDIRECT_SECTORS_MAX)) * SECTOR_SIZE;
+                        if rng.chance(500_000) {
+                            offset + shift
+                        } else {
+                            offset.saturating_sub(shift)
+                        }
+                    }
                 };
                 self.faults_injected += 1;
             }
         }
         let first = offset / SECTOR_SIZE;
         let last = (offset + bytes.len() as u64).div_ceil(SECTOR_SIZE);
-        let stale: Vec<_> = self.latent.range((file.0, first)..(file.0, last)).copied().collect();
+        let stale: Vec<_> = self.latent.range((file, first)..(file, last)).copied().collect();
         for sector in stale {
             self.latent.remove(&sector);
         }
-        if self.faulty(file, offset) && zone != Some(Zone::Superblock) && rng.chance(rates.latent_sector_ppm) {
-            self.latent.insert((file.0, first));
+        if self.write_faulty(file, offset) && rng.chance(rates.latent_sector_ppm) {
+            self.latent.insert((file, first));
             self.faults_injected += 1;
         }
-        self.files[file.0 as usize].unsynced.push((offset, bytes));
+        self.files.entry(file).or_default().unsynced.push((offset, bytes));
         Ok(())
     }
 
@@ -140,19 +171,21 @@ impl SimDisk {
     ) -> Result<Vec<u8>, IoError> {
         let first = offset / SECTOR_SIZE;
         let last = (offset + len as u64).div_ceil(SECTOR_SIZE);
-        if self.latent.range((file.0, first)..(file.0, last)).next().is_some() {
+        if self.latent.range((file, first)..(file, last)).next().is_some() {
             return Err(IoError::Device);
         }
-        let target = &self.files[file.0 as usize];
         let mut bytes = vec![0u8; len];
-        let start = (offset as usize).min(target.durable.len());
-        let end = (offset as usize + len).min(target.durable.len());
-        bytes[..end - start].copy_from_slice(&target.durable[start..end]);
-        for (written_at, written) in &target.unsynced {
-            let (from, to) = (*written_at.max(&offset), (written_at + written.len() as u64).min(offset + len as u64));
-            if from < to {
-                bytes[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&written[(from - written_at) as usize..(to - written_at) as usize]);
+        if let Some(target) = self.files.get(&file) {
+            let start = (offset as usize).min(target.durable.len());
+            let end = (offset as usize + len).min(target.durable.len());
+            bytes[..end - start].copy_from_slice(&target.durable[start..end]);
+            for (written_at, written) in &target.unsynced {
+                let (from, to) =
+                    (*written_at.max(&offset), (written_at + written.len() as u64).min(offset + len as u64));
+                if from < to {
+                    bytes[(from - offset) as usize..(to - offset) as usize]
+                        .copy_from_slice(&written[(from - written_at) as usize..(to - written_at) as usize]);
+                }
             }
         }
         if self.faulty(file, offset) && len > 0 && rng.chance(rates.read_corruption_ppm) {
@@ -163,26 +196,73 @@ impl SimDisk {
         Ok(bytes)
     }
 
-    pub fn sync(&mut self, file: FileId) {
-        let target = &mut self.files[file.0 as usize];
+    pub fn sync(&mut self, file: FileId) -> Result<(), IoError> {
+        if self.in_flight.iter().any(|(_, written, ..)| *written == file) {
+            self.files.entry(file).or_default();
+        }
+        let Some(target) = self.files.get_mut(&file) else {
+            return Err(IoError::NotFound);
+        };
         for (offset, bytes) in std::mem::take(&mut target.unsynced) {
             apply(&mut target.durable, offset, &bytes);
         }
+        target.entry_durable = true;
+        Ok(())
+    }
+
+    /// Truncation reaches the platter at once (a simplification: a lost truncate only brings back
+    /// bytes that recovery already refused once).
+    pub fn truncate(&mut self, file: FileId, len: u64) -> Result<(), IoError> {
+        let Some(target) = self.files.get_mut(&file) else {
+            return Err(IoError::NotFound);
+        };
+        target.durable.truncate(len as usize);
+        for (offset, bytes) in target.unsynced.iter_mut() {
+            bytes.truncate(len.saturating_sub(*offset) as usize);
+        }
+        target.unsynced.retain(|(_, bytes)| !bytes.is_empty());
+        let stale: Vec<_> = self.latent.range((file, len / SECTOR_SIZE)..(file, u64::MAX)).copied().collect();
+        for sector in stale {
+            self.latent.remove(&sector);
+        }
+        Ok(())
+    }
+
+    /// Removal is durable at once (directory operations are not the subject of these faults).
+    pub fn remove(&mut self, file: FileId) {
+        self.files.remove(&file);
+        self.in_flight.retain(|(_, written, ..)| *written != file);
+        let stale: Vec<_> = self.latent.range((file, 0)..(file, u64::MAX)).copied().collect();
+        for sector in stale {
+            self.latent.remove(&sector);
+        }
+    }
+
+    /// The files of a namespace and their sizes, as a directory listing would give them.
+    pub fn list(&self, namespace: Namespace) -> Vec<(FileKind, u64)> {
+        self.files
+            .iter()
+            .filter(|(file, _)| file.namespace == namespace)
+            .map(|(file, f)| (file.kind, f.len()))
+            .collect()
+    }
+
+    /// Every file on the disk with its size: what a data-directory listing shows.
+    pub fn listing(&self) -> Vec<(FileId, u64)> {
+        self.files.iter().map(|(file, f)| (*file, f.len())).collect()
     }
 
     /// Power loss: what was not synced is lost, torn or persisted, independently per write (or,
-    /// with `tear_all`, every unsynced write torn: the scripted worst case).
+    /// with `tear_all`, every unsynced write torn: the scripted worst case). A file never synced
+    /// may lose its directory entry too.
     pub fn crash(&mut self, rng: &mut SimRng, tear_all: bool) {
         let in_flight = std::mem::take(&mut self.in_flight);
-        for file in 0..FILE_COUNT {
-            let target = &mut self.files[file];
-            let mut writes = std::mem::take(&mut target.unsynced);
-            writes.extend(
-                in_flight
-                    .iter()
-                    .filter(|(_, written, ..)| written.0 as usize == file)
-                    .map(|(_, _, offset, bytes)| (*offset, bytes.clone())),
-            );
+        for (_, file, offset, bytes) in &in_flight {
+            self.files.entry(*file).or_default().unsynced.push((*offset, bytes.clone()));
+        }
+        let mut vanished = Vec::new();
+        for (file, target) in self.files.iter_mut() {
+            let writes = std::mem::take(&mut target.unsynced);
             if writes.is_empty() {
                 continue;
             }
@@ -199,6 +279,12 @@ impl SimDisk {
                     }
                 }
             }
+            if !target.entry_durable && !file.namespace.is_metadata() && rng.chance(500_000) {
+                vanished.push(*file);
+            }
+        }
+        for file in vanished {
+            self.files.remove(&file);
         }
     }
 }
@@ -216,14 +302,15 @@ mod tests {
         let mut lost = 0;
         for round in 0..50 {
             let mut disk = SimDisk::new(WalLayout::new(8, 1024), None);
-            let id = disk.submit_write(FILE_WAL, 0, vec![1u8; 256]);
+            let wal = vireo_storage::layout::wal_file(Namespace::METADATA);
+            let id = disk.submit_write(wal, 0, vec![1u8; 256]);
             disk.complete_write(id, &mut rng, &rates).unwrap();
-            disk.sync(FILE_WAL);
-            let id = disk.submit_write(FILE_WAL, 256, vec![2u8; 256]);
+            disk.sync(wal).unwrap();
+            let id = disk.submit_write(wal, 256, vec![2u8; 256]);
             disk.complete_write(id, &mut rng, &rates).unwrap();
             disk.crash(&mut rng, false);
-            assert_eq!(disk.read(FILE_WAL, 0, 256, &mut rng, &rates).unwrap(), vec![1u8; 256], "round {round}");
-            if disk.read(FILE_WAL, 256, 256, &mut rng, &rates).unwrap() != vec![2u8; 256] {
+            assert_eq!(disk.read(wal, 0, 256, &mut rng, &rates).unwrap(), vec![1u8; 256], "round {round}");
+            if disk.read(wal, 256, 256, &mut rng, &rates).unwrap() != vec![2u8; 256] {
                 lost += 1;
             }
         }

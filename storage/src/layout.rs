@@ -13,12 +13,20 @@
 //! written to the region the durable superblock does not point at, so a crash while writing it
 //! leaves the previous checkpoint whole.
 
-use vireo_io::FileId;
+use vireo_io::{FileId, FileKind, Namespace};
 
-pub const FILE_SUPERBLOCK_A: FileId = FileId(0);
-pub const FILE_SUPERBLOCK_B: FileId = FileId(1);
-pub const FILE_WAL: FileId = FileId(2);
-pub const FILE_SNAPSHOT: FileId = FileId(3);
+/// The two superblock copies of a group, in the order `superblock.a`, `superblock.b`.
+pub fn superblock_files(namespace: Namespace) -> [FileId; 2] {
+    [FileId::new(namespace, FileKind::SuperblockA), FileId::new(namespace, FileKind::SuperblockB)]
+}
+
+pub fn wal_file(namespace: Namespace) -> FileId {
+    FileId::new(namespace, FileKind::Wal)
+}
+
+pub fn snapshot_file(namespace: Namespace) -> FileId {
+    FileId::new(namespace, FileKind::Snapshot)
+}
 
 /// Every message header, and so every WAL header slot, is this many bytes.
 pub const HEADER_SIZE: usize = 256;

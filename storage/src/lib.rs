@@ -9,5 +9,5 @@ pub mod checksum;
 pub mod layout;
 pub mod superblock;
 
-pub use layout::{WalLayout, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+pub use layout::{snapshot_file, superblock_files, wal_file, WalLayout};
 pub use superblock::{Superblock, SuperblockError, VsrState};

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 
 use vireo_io::{Completion, Io, Token};
 use vireo_storage::checksum::checksum64;
-use vireo_storage::layout::{snapshot_region_offset, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL};
+use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file};
 use vireo_storage::superblock::{Superblock, VsrState};
 
 use super::{Replica, ReplicaEvent, Status};
@@ -105,8 +105,6 @@ pub struct SuperblockPipeline {
     /// The copy an update writes first: never the only whole one (see `vireo_storage::superblock`).
     pub first_copy: usize,
 }
-
-const SUPERBLOCK_FILES: [vireo_io::FileId; 2] = [FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B];
 
 /// A checkpoint whose snapshot is on disk.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -278,7 +276,7 @@ impl<S: StateMachine> Replica<S> {
             assert!(bytes.len() as u64 <= self.config.prepare_size_max);
             let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
             self.wal.batch.push((op, entry.header.checksum));
-            io.write(FILE_WAL, offset, bytes, token(TokenKind::Wal, op));
+            io.write(wal_file(self.config.namespace), offset, bytes, token(TokenKind::Wal, op));
         }
         if !self.wal.batch.is_empty() {
             self.wal.stage = WalStage::Prepares;
@@ -301,7 +299,7 @@ impl<S: StateMachine> Replica<S> {
                         WalStage::Prepares => WalStage::PreparesSync,
                         _ => WalStage::HeadersSync,
                     };
-                    io.sync(FILE_WAL, token(TokenKind::Wal, 0));
+                    io.sync(wal_file(self.config.namespace), token(TokenKind::Wal, 0));
                 }
             }
             Completion::Sync { result, .. } => {
@@ -314,7 +312,7 @@ impl<S: StateMachine> Replica<S> {
                     stage => panic!("WAL sync completed in stage {stage:?}"),
                 }
             }
-            Completion::Read { .. } => panic!("the WAL pipeline issues no reads"),
+            _ => panic!("the WAL pipeline issues only writes and syncs"),
         }
     }
 
@@ -323,7 +321,12 @@ impl<S: StateMachine> Replica<S> {
         for (op, checksum) in &self.wal.batch {
             let Some(entry) = self.journal.get_exact(*op, *checksum) else { continue };
             let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
-            io.write(FILE_WAL, offset, entry.header.encode().to_vec(), token(TokenKind::Wal, *op));
+            io.write(
+                wal_file(self.config.namespace),
+                offset,
+                entry.header.encode().to_vec(),
+                token(TokenKind::Wal, *op),
+            );
             outstanding += 1;
         }
         if outstanding == 0 {
@@ -416,7 +419,12 @@ impl<S: StateMachine> Replica<S> {
             vsr_state: self.vsr_state(),
         };
         let first = self.superblock.first_copy;
-        io.write(SUPERBLOCK_FILES[first], 0, superblock.encode(), token(TokenKind::Superblock, first as u64));
+        io.write(
+            superblock_files(self.config.namespace)[first],
+            0,
+            superblock.encode(),
+            token(TokenKind::Superblock, first as u64),
+        );
         self.superblock.writing = Some(superblock);
         self.superblock.stage = SuperblockStage::WritingFirst;
     }
@@ -424,7 +432,7 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn superblock_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
         let failed = match &completion {
             Completion::Write { result, .. } | Completion::Sync { result, .. } => result.err(),
-            Completion::Read { .. } => panic!("the superblock pipeline issues no reads"),
+            _ => panic!("the superblock pipeline issues only writes and syncs"),
         };
         if let Some(error) = failed {
             panic!("replica {}: superblock write failed: {error}", self.replica);
@@ -433,17 +441,22 @@ impl<S: StateMachine> Replica<S> {
         self.superblock.stage = match self.superblock.stage {
             SuperblockStage::WritingFirst => {
                 let first = self.superblock.first_copy;
-                io.sync(SUPERBLOCK_FILES[first], token(TokenKind::Superblock, first as u64));
+                io.sync(superblock_files(self.config.namespace)[first], token(TokenKind::Superblock, first as u64));
                 SuperblockStage::SyncingFirst
             }
             SuperblockStage::SyncingFirst => {
                 let second = 1 - self.superblock.first_copy;
-                io.write(SUPERBLOCK_FILES[second], 0, writing.encode(), token(TokenKind::Superblock, second as u64));
+                io.write(
+                    superblock_files(self.config.namespace)[second],
+                    0,
+                    writing.encode(),
+                    token(TokenKind::Superblock, second as u64),
+                );
                 SuperblockStage::WritingSecond
             }
             SuperblockStage::WritingSecond => {
                 let second = 1 - self.superblock.first_copy;
-                io.sync(SUPERBLOCK_FILES[second], token(TokenKind::Superblock, second as u64));
+                io.sync(superblock_files(self.config.namespace)[second], token(TokenKind::Superblock, second as u64));
                 SuperblockStage::SyncingSecond
             }
             SuperblockStage::SyncingSecond => {
@@ -542,7 +555,7 @@ impl<S: StateMachine> Replica<S> {
         let record =
             CheckpointRecord { op, checksum, size: bytes.len() as u64, checksum64: checksum64(&bytes), region };
         let offset = snapshot_region_offset(region, self.config.snapshot_size_max);
-        io.write(FILE_SNAPSHOT, offset, bytes.clone(), token(TokenKind::Snapshot, 0));
+        io.write(snapshot_file(self.config.namespace), offset, bytes.clone(), token(TokenKind::Snapshot, 0));
         self.snapshot.writing = Some((record, bytes));
         self.snapshot.stage = SnapshotStage::Writing;
     }
@@ -550,14 +563,14 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn snapshot_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
         let failed = match &completion {
             Completion::Write { result, .. } | Completion::Sync { result, .. } => result.err(),
-            Completion::Read { .. } => panic!("the snapshot pipeline issues no reads"),
+            _ => panic!("the snapshot pipeline issues only writes and syncs"),
         };
         if let Some(error) = failed {
             panic!("replica {}: snapshot write failed: {error}", self.replica);
         }
         match self.snapshot.stage {
             SnapshotStage::Writing => {
-                io.sync(FILE_SNAPSHOT, token(TokenKind::Snapshot, 0));
+                io.sync(snapshot_file(self.config.namespace), token(TokenKind::Snapshot, 0));
                 self.snapshot.stage = SnapshotStage::Syncing;
             }
             SnapshotStage::Syncing => {

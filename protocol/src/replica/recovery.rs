@@ -12,9 +12,7 @@
 
 use vireo_io::{Completion, Io, IoError};
 use vireo_storage::checksum::checksum64;
-use vireo_storage::layout::{
-    snapshot_region_offset, FILE_SNAPSHOT, FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B, FILE_WAL, HEADER_SIZE,
-};
+use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file, HEADER_SIZE};
 use vireo_storage::superblock::{choose, Superblock, SuperblockError, SUPERBLOCK_SIZE_MAX};
 
 use super::durability::{token, token_detail, Snapshot, TokenKind};
@@ -55,7 +53,7 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn open_start(&mut self, io: &mut impl Io) {
         assert_eq!(self.status, Status::Opening);
         self.opening = Some(Opening::default());
-        for (copy, file) in [FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B].into_iter().enumerate() {
+        for (copy, file) in superblock_files(self.config.namespace).into_iter().enumerate() {
             io.read(file, 0, SUPERBLOCK_SIZE_MAX, token(TokenKind::Open, READ_SUPERBLOCK << READ_SHIFT | copy as u64));
         }
         self.opening.as_mut().expect("set").outstanding = 2;
@@ -129,7 +127,7 @@ impl<S: StateMachine> Replica<S> {
                     "replica {}: both superblock copies unreadable: {errors:?}",
                     self.replica
                 );
-                for (copy, file) in [FILE_SUPERBLOCK_A, FILE_SUPERBLOCK_B].into_iter().enumerate() {
+                for (copy, file) in superblock_files(self.config.namespace).into_iter().enumerate() {
                     let token = token(TokenKind::Open, READ_SUPERBLOCK << READ_SHIFT | copy as u64);
                     io.read(file, 0, SUPERBLOCK_SIZE_MAX, token);
                 }
@@ -146,7 +144,7 @@ impl<S: StateMachine> Replica<S> {
         if state.snapshot_size > 0 {
             let offset = snapshot_region_offset(state.snapshot_region, self.config.snapshot_size_max);
             io.read(
-                FILE_SNAPSHOT,
+                snapshot_file(self.config.namespace),
                 offset,
                 state.snapshot_size as usize,
                 token(TokenKind::Open, READ_SNAPSHOT << READ_SHIFT),
@@ -188,13 +186,13 @@ impl<S: StateMachine> Replica<S> {
         opening.outstanding = 2 * slots;
         for slot in 0..layout.slot_count {
             io.read(
-                FILE_WAL,
+                wal_file(self.config.namespace),
                 layout.header_offset(slot),
                 HEADER_SIZE,
                 token(TokenKind::Open, READ_WAL_HEADER << READ_SHIFT | slot),
             );
             io.read(
-                FILE_WAL,
+                wal_file(self.config.namespace),
                 layout.prepare_offset(slot),
                 layout.prepare_size_max as usize,
                 token(TokenKind::Open, READ_WAL_PREPARE << READ_SHIFT | slot),
