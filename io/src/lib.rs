@@ -239,7 +239,7 @@ pub trait Io {
     fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token);
 
     /// Makes every write to `file` that completed before this call durable, and the file's
-    /// existence and size with them.
+    /// existence and size with them. Syncing a file that does not exist (any more) succeeds.
     fn sync(&mut self, file: FileId, token: Token);
 
     /// Cuts the file to `len` bytes. Durable at the next completed `sync` of the file.

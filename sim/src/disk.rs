@@ -200,8 +200,9 @@ impl SimDisk {
         if self.in_flight.iter().any(|(_, written, ..)| *written == file) {
             self.files.entry(file).or_default();
         }
+        // A file that does not exist has nothing to make durable (fsync of an unlinked file).
         let Some(target) = self.files.get_mut(&file) else {
-            return Err(IoError::NotFound);
+            return Ok(());
         };
         for (offset, bytes) in std::mem::take(&mut target.unsynced) {
             apply(&mut target.durable, offset, &bytes);
@@ -230,8 +231,9 @@ impl SimDisk {
 
     /// Removal is durable at once (directory operations are not the subject of these faults).
     pub fn remove(&mut self, file: FileId) {
+        // A write still in flight lands after the removal and brings the file back, as it would
+        // through a driver that opens files by path.
         self.files.remove(&file);
-        self.in_flight.retain(|(_, written, ..)| *written != file);
         let stale: Vec<_> = self.latent.range((file, 0)..(file, u64::MAX)).copied().collect();
         for sector in stale {
             self.latent.remove(&sector);

@@ -8,6 +8,7 @@
 //! fixes), then Vireo's extension: snapshot_size u64, snapshot_checksum u64, snapshot_region u8,
 //! log_view_sequence u64 (how many times the primary of `log_view` cut that view's log short),
 //! log_op u64 and log_op_checksum u128 (the head of that log, which the replica may not hold yet),
+//! retained_from u64 (partitions: the first offset kept; purge moves it),
 //! view_headers_count u32 and that many 256-byte prepare headers (the log suffix of `log_view` as
 //! its start_view gave it).
 //!
@@ -26,7 +27,7 @@ pub const MAGIC: u32 = u32::from_le_bytes(*b"SBLK");
 pub const VERSION: u16 = 1;
 
 const RECORD_PREFIX_SIZE: usize = 4 + 2 + 2 + 8 + 8 + 4;
-const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 1 + 8 + 8 + 16 + 4;
+const PAYLOAD_FIXED_SIZE: usize = 16 + 1 + 1 + 4 + 4 + 8 + 8 + 16 + 8 + 8 + 8 + 1 + 8 + 8 + 16 + 8 + 4;
 
 /// How many view headers a superblock may carry: bounds its size on disk.
 pub const VIEW_HEADERS_MAX: usize = 64;
@@ -56,6 +57,9 @@ pub struct VsrState {
     /// even before it holds every header of it.
     pub log_op: u64,
     pub log_op_checksum: u128,
+    /// Partitions: the first offset the partition still keeps; segments wholly below it were
+    /// purged and are removed by recovery if a crash left them behind.
+    pub retained_from: u64,
     /// The log suffix of `log_view`, oldest first, as raw 256-byte prepare headers.
     pub view_headers: Vec<[u8; HEADER_SIZE]>,
 }
@@ -104,6 +108,7 @@ impl Superblock {
         payload.extend_from_slice(&state.log_view_sequence.to_le_bytes());
         payload.extend_from_slice(&state.log_op.to_le_bytes());
         payload.extend_from_slice(&state.log_op_checksum.to_le_bytes());
+        payload.extend_from_slice(&state.retained_from.to_le_bytes());
         payload.extend_from_slice(&(state.view_headers.len() as u32).to_le_bytes());
         for header in &state.view_headers {
             payload.extend_from_slice(header);
@@ -199,6 +204,7 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
     let log_view_sequence = reader.u64()?;
     let log_op = reader.u64()?;
     let log_op_checksum = reader.u128()?;
+    let retained_from = reader.u64()?;
     let view_headers_count = reader.u32()? as usize;
     if view_headers_count > VIEW_HEADERS_MAX || log_view > view || snapshot_region > 1 {
         return Err(SuperblockError::Payload(reader.offset));
@@ -226,6 +232,7 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
         log_view_sequence,
         log_op,
         log_op_checksum,
+        retained_from,
         view_headers,
     })
 }
@@ -268,6 +275,7 @@ mod tests {
                 log_view_sequence: 2,
                 log_op: 99,
                 log_op_checksum: 0x77,
+                retained_from: 0x99,
                 view_headers: vec![[7u8; HEADER_SIZE]; view_headers],
             },
         }

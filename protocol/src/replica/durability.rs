@@ -393,6 +393,7 @@ impl<S: StateMachine> Replica<S> {
             log_view_sequence: self.start_view_sequence,
             log_op: self.op,
             log_op_checksum: self.op_checksum,
+            retained_from: 0,
             view_headers: self
                 .view_headers()
                 .iter()

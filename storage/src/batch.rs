@@ -1,0 +1,375 @@
+//! Message batches: the one byte format Vireo uses on the wire, in prepares and in segment files
+//! (`PROTOCOL.md`, "Message batches").
+//!
+//! A batch is a 256-byte header followed by `message_count` messages, each a 48-byte frame, its
+//! payload and its user headers. A client sends a batch with `partition_id`, `base_offset` and
+//! `base_timestamp` zero; the partition that stores it *stamps* it (those three fields, each
+//! message's `offset_delta`, and every checksum), so the stored bytes say where they belong and
+//! prove they are whole.
+//!
+//! Checksums: a message's is xxh3-64 over frame[8..48], payload and headers; the batch's is xxh3-64
+//! over the header with its checksum field (bytes 40..48) left out, then each message's checksum in
+//! order. A batch whose header checksum holds but one of whose messages is damaged is caught by
+//! recomputing that message's checksum: `validate` does both.
+
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+pub const BATCH_HEADER_SIZE: usize = 256;
+pub const MESSAGE_FRAME_SIZE: usize = 48;
+/// No batch is larger than this: the bound on what one append, one prepare body or one read holds.
+pub const BATCH_SIZE_MAX: usize = 64 * 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub partition_id: u64,
+    pub base_offset: u64,
+    /// Microseconds since the Unix epoch, assigned by the partition.
+    pub base_timestamp: u64,
+    /// The producer's own timestamp, kept as sent.
+    pub origin_timestamp: u64,
+    /// The whole batch: header, frames, payloads and headers.
+    pub batch_length: u64,
+    pub batch_checksum: u64,
+    pub message_count: u32,
+}
+
+impl BatchHeader {
+    /// The offset of the batch's last message.
+    pub fn last_offset(&self) -> u64 {
+        self.base_offset + self.message_count as u64 - 1
+    }
+
+    /// The offset just past the batch.
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset + self.message_count as u64
+    }
+
+    pub fn encode_into(&self, bytes: &mut [u8]) {
+        bytes[..BATCH_HEADER_SIZE].fill(0);
+        bytes[0..8].copy_from_slice(&self.partition_id.to_le_bytes());
+        bytes[8..16].copy_from_slice(&self.base_offset.to_le_bytes());
+        bytes[16..24].copy_from_slice(&self.base_timestamp.to_le_bytes());
+        bytes[24..32].copy_from_slice(&self.origin_timestamp.to_le_bytes());
+        bytes[32..40].copy_from_slice(&self.batch_length.to_le_bytes());
+        bytes[40..48].copy_from_slice(&self.batch_checksum.to_le_bytes());
+        bytes[48..52].copy_from_slice(&self.message_count.to_le_bytes());
+    }
+
+    /// Reads a header's fields and checks that they are plausible (lengths, the zero tail). It does
+    /// not check checksums: see `validate`.
+    pub fn decode(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+        if bytes.len() < BATCH_HEADER_SIZE {
+            return Err(BatchError::Short);
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        let header = BatchHeader {
+            partition_id: u64_at(0),
+            base_offset: u64_at(8),
+            base_timestamp: u64_at(16),
+            origin_timestamp: u64_at(24),
+            batch_length: u64_at(32),
+            batch_checksum: u64_at(40),
+            message_count: u32::from_le_bytes(bytes[48..52].try_into().unwrap()),
+        };
+        if bytes[52..BATCH_HEADER_SIZE].iter().any(|&b| b != 0) {
+            return Err(BatchError::Header("bytes 52..256 are not zero"));
+        }
+        if header.message_count == 0 {
+            return Err(BatchError::Header("message_count is zero"));
+        }
+        let frames_min = BATCH_HEADER_SIZE as u64 + header.message_count as u64 * MESSAGE_FRAME_SIZE as u64;
+        if header.batch_length < frames_min || header.batch_length > BATCH_SIZE_MAX as u64 {
+            return Err(BatchError::Header("batch_length does not fit message_count"));
+        }
+        if header.base_offset.checked_add(header.message_count as u64).is_none() {
+            return Err(BatchError::Header("base_offset + message_count overflows"));
+        }
+        Ok(header)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("the batch is shorter than its header says")]
+    Short,
+    #[error("bad batch header: {0}")]
+    Header(&'static str),
+    #[error("message {0}: its frame does not fit in the batch")]
+    Frame(u32),
+    #[error("message {0}: checksum mismatch")]
+    MessageChecksum(u32),
+    #[error("batch checksum mismatch")]
+    BatchChecksum,
+    #[error("the batch is longer than its messages")]
+    TrailingBytes,
+}
+
+/// One message of a batch, borrowed from the batch's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message<'a> {
+    pub checksum: u64,
+    pub id: u128,
+    pub offset: u64,
+    /// Microseconds since the Unix epoch.
+    pub timestamp: u64,
+    pub payload: &'a [u8],
+    pub user_headers: &'a [u8],
+}
+
+/// Where each message of a batch lies: (frame start, total length), in order. Checks every frame
+/// fits and that the messages fill the batch exactly.
+fn message_spans(bytes: &[u8], header: &BatchHeader) -> Result<Vec<(usize, usize)>, BatchError> {
+    let end = header.batch_length as usize;
+    if bytes.len() < end {
+        return Err(BatchError::Short);
+    }
+    let mut spans = Vec::with_capacity(header.message_count as usize);
+    let mut at = BATCH_HEADER_SIZE;
+    for index in 0..header.message_count {
+        if at + MESSAGE_FRAME_SIZE > end {
+            return Err(BatchError::Frame(index));
+        }
+        let frame = &bytes[at..at + MESSAGE_FRAME_SIZE];
+        let headers_len = u32::from_le_bytes(frame[32..36].try_into().unwrap()) as usize;
+        let payload_len = u32::from_le_bytes(frame[36..40].try_into().unwrap()) as usize;
+        let len = MESSAGE_FRAME_SIZE + payload_len + headers_len;
+        if at + len > end {
+            return Err(BatchError::Frame(index));
+        }
+        spans.push((at, len));
+        at += len;
+    }
+    if at != end {
+        return Err(BatchError::TrailingBytes);
+    }
+    Ok(spans)
+}
+
+fn message_checksum(message: &[u8]) -> u64 {
+    xxh3_64(&message[8..])
+}
+
+fn batch_checksum(header_bytes: &[u8], message_checksums: impl Iterator<Item = u64>) -> u64 {
+    let mut hasher = Xxh3::new();
+    hasher.update(&header_bytes[0..40]);
+    hasher.update(&header_bytes[48..BATCH_HEADER_SIZE]);
+    for checksum in message_checksums {
+        hasher.update(&checksum.to_le_bytes());
+    }
+    hasher.digest()
+}
+
+/// Checks a whole batch: header, frame lengths, every message checksum and the batch checksum.
+/// `bytes` may run past the batch; only `batch_length` bytes are read.
+pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::decode(bytes)?;
+    let spans = message_spans(bytes, &header)?;
+    for (index, &(at, len)) in spans.iter().enumerate() {
+        let stored = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        if stored != message_checksum(&bytes[at..at + len]) {
+            return Err(BatchError::MessageChecksum(index as u32));
+        }
+    }
+    let checksums = spans.iter().map(|&(at, _)| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()));
+    if batch_checksum(&bytes[..BATCH_HEADER_SIZE], checksums) != header.batch_checksum {
+        return Err(BatchError::BatchChecksum);
+    }
+    Ok(header)
+}
+
+/// Checks the structure of a batch a client sent (checksums are recomputed by `stamp`, so a client
+/// may leave them zero) and returns its header.
+pub fn check_client_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    let header = BatchHeader::decode(bytes)?;
+    if bytes.len() != header.batch_length as usize {
+        return Err(if bytes.len() < header.batch_length as usize {
+            BatchError::Short
+        } else {
+            BatchError::TrailingBytes
+        });
+    }
+    message_spans(bytes, &header)?;
+    Ok(header)
+}
+
+/// Stamps a batch in place for the partition that stores it: partition id, base offset and
+/// timestamp, dense offset deltas, every checksum. Message timestamp deltas are kept as sent.
+pub fn stamp(
+    bytes: &mut [u8],
+    partition_id: u64,
+    base_offset: u64,
+    base_timestamp: u64,
+) -> Result<BatchHeader, BatchError> {
+    let mut header = check_client_batch(bytes)?;
+    let spans = message_spans(bytes, &header)?;
+    let mut checksums = Vec::with_capacity(spans.len());
+    for (index, &(at, len)) in spans.iter().enumerate() {
+        let message = &mut bytes[at..at + len];
+        message[24..28].copy_from_slice(&(index as u32).to_le_bytes());
+        let checksum = message_checksum(message);
+        message[0..8].copy_from_slice(&checksum.to_le_bytes());
+        checksums.push(checksum);
+    }
+    header.partition_id = partition_id;
+    header.base_offset = base_offset;
+    header.base_timestamp = base_timestamp;
+    header.batch_checksum = 0;
+    header.encode_into(bytes);
+    header.batch_checksum = batch_checksum(&bytes[..BATCH_HEADER_SIZE], checksums.into_iter());
+    header.encode_into(bytes);
+    Ok(header)
+}
+
+/// The messages of a batch that `validate` or `check_client_batch` accepted.
+pub fn messages(bytes: &[u8]) -> Result<Vec<Message<'_>>, BatchError> {
+    let header = BatchHeader::decode(bytes)?;
+    let spans = message_spans(bytes, &header)?;
+    Ok(spans
+        .into_iter()
+        .map(|(at, len)| {
+            let frame = &bytes[at..at + MESSAGE_FRAME_SIZE];
+            let payload_len = u32::from_le_bytes(frame[36..40].try_into().unwrap()) as usize;
+            let body = &bytes[at + MESSAGE_FRAME_SIZE..at + len];
+            Message {
+                checksum: u64::from_le_bytes(frame[0..8].try_into().unwrap()),
+                id: u128::from_le_bytes(frame[8..24].try_into().unwrap()),
+                offset: header.base_offset + u32::from_le_bytes(frame[24..28].try_into().unwrap()) as u64,
+                timestamp: header.base_timestamp + u32::from_le_bytes(frame[28..32].try_into().unwrap()) as u64,
+                payload: &body[..payload_len],
+                user_headers: &body[payload_len..],
+            }
+        })
+        .collect())
+}
+
+/// Builds an unstamped batch as a client would send it.
+#[derive(Default)]
+pub struct BatchBuilder {
+    bytes: Vec<u8>,
+    count: u32,
+}
+
+impl BatchBuilder {
+    pub fn new() -> BatchBuilder {
+        BatchBuilder { bytes: vec![0; BATCH_HEADER_SIZE], count: 0 }
+    }
+
+    pub fn with_capacity(bytes: usize) -> BatchBuilder {
+        let mut builder = BatchBuilder { bytes: Vec::with_capacity(bytes.max(BATCH_HEADER_SIZE)), count: 0 };
+        builder.bytes.resize(BATCH_HEADER_SIZE, 0);
+        builder
+    }
+
+    pub fn message(mut self, id: u128, payload: &[u8], user_headers: &[u8]) -> BatchBuilder {
+        self.push(id, payload, user_headers);
+        self
+    }
+
+    pub fn push(&mut self, id: u128, payload: &[u8], user_headers: &[u8]) {
+        let mut frame = [0u8; MESSAGE_FRAME_SIZE];
+        frame[8..24].copy_from_slice(&id.to_le_bytes());
+        frame[32..36].copy_from_slice(&(user_headers.len() as u32).to_le_bytes());
+        frame[36..40].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(&frame);
+        self.bytes.extend_from_slice(payload);
+        self.bytes.extend_from_slice(user_headers);
+        self.count += 1;
+    }
+
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    pub fn finish(mut self, origin_timestamp: u64) -> Vec<u8> {
+        assert!(self.count > 0, "a batch holds at least one message");
+        let header = BatchHeader {
+            partition_id: 0,
+            base_offset: 0,
+            base_timestamp: 0,
+            origin_timestamp,
+            batch_length: self.bytes.len() as u64,
+            batch_checksum: 0,
+            message_count: self.count,
+        };
+        header.encode_into(&mut self.bytes);
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn batch_of(messages: &[(u128, Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+        let mut builder = BatchBuilder::new();
+        for (id, payload, headers) in messages {
+            builder.push(*id, payload, headers);
+        }
+        builder.finish(77)
+    }
+
+    #[test]
+    fn layout_matches_the_protocol() {
+        let mut bytes = BatchBuilder::new().message(5, b"hello", b"h").finish(9);
+        stamp(&mut bytes, 3, 100, 1_000).unwrap();
+        assert_eq!(u64::from_le_bytes(bytes[0..8].try_into().unwrap()), 3);
+        assert_eq!(u64::from_le_bytes(bytes[8..16].try_into().unwrap()), 100);
+        assert_eq!(u64::from_le_bytes(bytes[16..24].try_into().unwrap()), 1_000);
+        assert_eq!(u64::from_le_bytes(bytes[24..32].try_into().unwrap()), 9);
+        assert_eq!(u64::from_le_bytes(bytes[32..40].try_into().unwrap()), (256 + 48 + 6) as u64);
+        assert_eq!(u32::from_le_bytes(bytes[48..52].try_into().unwrap()), 1);
+        let frame = &bytes[256..304];
+        assert_eq!(u128::from_le_bytes(frame[8..24].try_into().unwrap()), 5);
+        assert_eq!(u32::from_le_bytes(frame[32..36].try_into().unwrap()), 1);
+        assert_eq!(u32::from_le_bytes(frame[36..40].try_into().unwrap()), 5);
+        assert_eq!(u64::from_le_bytes(frame[0..8].try_into().unwrap()), xxh3_64(&bytes[264..]));
+        assert_eq!(&bytes[304..], b"helloh");
+    }
+
+    proptest! {
+        #[test]
+        fn stamped_batches_validate_and_read_back(
+            messages in prop::collection::vec((any::<u128>(), prop::collection::vec(any::<u8>(), 0..64),
+                prop::collection::vec(any::<u8>(), 0..16)), 1..12),
+            base_offset in 0u64..u64::MAX / 2,
+            base_timestamp in any::<u32>(),
+        ) {
+            let mut bytes = batch_of(&messages);
+            let header = stamp(&mut bytes, 7, base_offset, base_timestamp as u64).unwrap();
+            prop_assert_eq!(validate(&bytes).unwrap(), header);
+            let read = super::messages(&bytes).unwrap();
+            prop_assert_eq!(read.len(), messages.len());
+            for (index, (message, (id, payload, headers))) in read.iter().zip(&messages).enumerate() {
+                prop_assert_eq!(message.id, *id);
+                prop_assert_eq!(message.offset, base_offset + index as u64);
+                prop_assert_eq!(message.payload, &payload[..]);
+                prop_assert_eq!(message.user_headers, &headers[..]);
+            }
+        }
+
+        #[test]
+        fn any_bit_flip_in_a_stamped_batch_is_caught(
+            messages in prop::collection::vec((any::<u128>(), prop::collection::vec(any::<u8>(), 0..64),
+                prop::collection::vec(any::<u8>(), 0..16)), 1..6),
+            bit in any::<prop::sample::Index>(),
+        ) {
+            let mut bytes = batch_of(&messages);
+            stamp(&mut bytes, 1, 10, 20).unwrap();
+            let bit = bit.index(bytes.len() * 8);
+            bytes[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(validate(&bytes).is_err());
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..1024)) {
+            let _ = validate(&bytes);
+            let _ = check_client_batch(&bytes);
+            let _ = messages(&bytes);
+        }
+    }
+}

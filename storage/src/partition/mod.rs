@@ -1,0 +1,745 @@
+//! A partition's segmented log as a sans-IO state machine: appends, flushes, group-committed syncs,
+//! sealing, reads by offset and timestamp, retention and purge, and (in `recovery`) the open that
+//! verifies what a crash left behind.
+//!
+//! Bytes flow through *units*: the batches appended to one segment since the last flush, in one
+//! buffer. A flush closes the current unit; units are written one at a time, in order, each as one
+//! write of the `.log` file (every batch of the unit in one submission) plus one write of the new
+//! `.index` entries. While a unit is being written the next one fills, so writes pipeline without
+//! ever overlapping. A sync covers every write that completed before it was issued; while it runs,
+//! new batches are written, and the next sync covers all of them: one fdatasync per group, however
+//! many batches arrived while the previous one ran.
+//!
+//! Durability: `synced_offset` is the offset below which every message is on stable storage; a
+//! `PartitionEvent::Durable` reports each advance. Nothing else is promised across a crash.
+//!
+//! Reads see every appended message: completed writes are read from the file, units not yet handed
+//! to a write are served from memory, and a read that needs the unit being written waits for that
+//! write to complete. Reads return whole stamped batches, checked against their checksums on the
+//! way out: a damaged batch is reported, never served.
+
+mod read;
+mod recovery;
+pub mod segment;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use vireo_io::{Completion, FileId, FileKind, Io, IoError, Namespace, Token};
+
+use crate::batch::{self, BatchError, BatchHeader};
+use crate::superblock::{Superblock, VsrState};
+pub use read::{ReadBatches, ReadError, ReadRequest, ReadStart};
+pub use recovery::RecoveryReport;
+use segment::{IndexEntry, Segment};
+
+/// Tokens of partition logs carry this tag in their top byte (the replica's use 1..=4).
+pub const PARTITION_TOKEN_TAG: u64 = 0x20;
+const TOKEN_TAG_SHIFT: u32 = 56;
+const TOKEN_OWNER_SHIFT: u32 = 40;
+
+/// The owner a token was issued for, when it is a partition log's.
+pub fn token_owner(token: Token) -> Option<u16> {
+    (token.0 >> TOKEN_TAG_SHIFT == PARTITION_TOKEN_TAG).then_some(((token.0 >> TOKEN_OWNER_SHIFT) & 0xffff) as u16)
+}
+
+/// Per-topic settings of a partition's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionConfig {
+    /// Written into every batch header.
+    pub partition_id: u64,
+    /// A segment is sealed once it reaches this size; the batch that crosses it is written whole.
+    pub segment_size: u64,
+    /// Flush once this many messages wait in memory.
+    pub flush_messages: u64,
+    /// Flush once this many bytes wait in memory.
+    pub flush_bytes: u64,
+    /// An index entry at least every this many bytes of log.
+    pub index_interval_bytes: u64,
+    /// Sealed segments whose newest message is older than this (microseconds) are deleted.
+    pub message_expiry_us: Option<u64>,
+    /// The oldest sealed segments are deleted while the partition is larger than this.
+    pub max_size: Option<u64>,
+    /// Bytes appended but not yet written that an append may add to; past it, `Busy`.
+    pub unwritten_bytes_max: u64,
+    /// Reads in flight (including reads waiting for a write).
+    pub reads_max: usize,
+    /// Bytes of log one read request fetches at most (beyond its first whole batch).
+    pub read_bytes_max: u64,
+    /// Bytes one recovery read scans at a time.
+    pub scan_chunk_bytes: u64,
+}
+
+impl Default for PartitionConfig {
+    fn default() -> PartitionConfig {
+        PartitionConfig {
+            partition_id: 0,
+            segment_size: 1 << 30,
+            flush_messages: 1024,
+            flush_bytes: 1 << 20,
+            index_interval_bytes: 4096,
+            message_expiry_us: None,
+            max_size: None,
+            unwritten_bytes_max: 64 << 20,
+            reads_max: 256,
+            read_bytes_max: 8 << 20,
+            scan_chunk_bytes: 4 << 20,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AppendError {
+    #[error("the partition is not open")]
+    NotOpen,
+    #[error("too many bytes wait to be written: retry once writes complete")]
+    Busy,
+    #[error("invalid batch: {0}")]
+    Batch(#[from] BatchError),
+    #[error("the partition failed ({0}) and must be reopened")]
+    Failed(IoError),
+}
+
+/// Where an appended batch landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Appended {
+    pub base_offset: u64,
+    pub last_offset: u64,
+    pub timestamp: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum PartitionEvent {
+    /// Recovery finished; appends and reads may start.
+    Opened(RecoveryReport),
+    /// Every message below `offset` is durable.
+    Durable {
+        offset: u64,
+    },
+    Read {
+        id: u64,
+        result: Result<ReadBatches, ReadError>,
+    },
+    /// A write failed: no message at or after `from_offset` was stored. The log continues from
+    /// `from_offset` (those offsets will be given again), and every byte below it is intact.
+    Rejected {
+        from_offset: u64,
+        error: IoError,
+    },
+    /// Retention or purge deleted the segment starting at this offset.
+    SegmentDeleted {
+        start_offset: u64,
+    },
+    /// A sync failed: what the page cache held is unknown. Reopen the partition.
+    Failed(IoError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Opening,
+    Open,
+    Failed(IoError),
+}
+
+/// Batches appended to one segment since the last flush, in one buffer.
+#[derive(Debug)]
+struct Unit {
+    segment_start: u64,
+    position: u64,
+    bytes: Vec<u8>,
+    base_offset: u64,
+    end_offset: u64,
+    messages: u64,
+}
+
+/// The unit whose write is in flight (its bytes went to `Io`).
+#[derive(Debug)]
+struct Writing {
+    segment_start: u64,
+    position: u64,
+    len: u64,
+    base_offset: u64,
+    end_offset: u64,
+    index_entries_end: usize,
+    outstanding: u8,
+    error: Option<IoError>,
+}
+
+#[derive(Debug)]
+struct Syncing {
+    covers: u64,
+    outstanding: usize,
+    error: Option<IoError>,
+    /// Frontiers this sync makes durable (ends of sealed segments).
+    sealing: Vec<u64>,
+}
+
+#[derive(Debug)]
+enum Op {
+    LogWrite,
+    IndexWrite,
+    Sync,
+    Read {
+        id: u64,
+    },
+    SuperblockWrite,
+    SuperblockSync,
+    /// A truncate or remove that later writes must not overtake (the file may be written again).
+    Ordering,
+    /// Creating an empty file: nothing waits on it.
+    Create,
+    Recovery,
+}
+
+pub struct PartitionLog {
+    config: PartitionConfig,
+    namespace: Namespace,
+    owner: u16,
+    status: Status,
+    recovery: Option<recovery::Recovery>,
+    /// Oldest first; the last one is the active segment.
+    segments: VecDeque<Segment>,
+    appending: Option<Unit>,
+    queued: VecDeque<Unit>,
+    writing: Option<Writing>,
+    unwritten_bytes: u64,
+    /// Offsets below this are in completed writes.
+    written_offset: u64,
+    synced_offset: u64,
+    sync_target: u64,
+    syncing: Option<Syncing>,
+    /// Files written since the last sync was issued.
+    dirty: BTreeSet<FileId>,
+    /// Ends of sealed segments whose last write completed but whose files are not yet synced: the
+    /// superblock frontier moves to them once a sync covers them.
+    frontier_pending: Vec<u64>,
+    /// Truncates and removes in flight; no write starts until they complete.
+    ordering_ops: usize,
+    /// Writes that create files or rewrite indexes; no segment is deleted until they complete (a
+    /// late write would bring a deleted file back).
+    creates_in_flight: usize,
+    /// The superblock: its last durable sequence, the frontier it records and one wanted next.
+    superblock_sequence: u64,
+    frontier: u64,
+    retained_from: u64,
+    superblock_writing: Option<u64>,
+    superblock_wanted: bool,
+    /// Segments to delete once the superblock that drops them is durable (purge).
+    delete_after_superblock: Vec<u64>,
+    reads: BTreeMap<u64, read::ReadInFlight>,
+    parked: Vec<ReadRequest>,
+    events: VecDeque<PartitionEvent>,
+    ops: BTreeMap<u64, Op>,
+    token_next: u64,
+    last_timestamp: u64,
+}
+
+impl PartitionLog {
+    /// A partition log that opens (creates or recovers) its files in `namespace`. `owner` tells
+    /// this log's completions from those of others on the same driver.
+    pub fn open(io: &mut impl Io, config: PartitionConfig, namespace: Namespace, owner: u16) -> PartitionLog {
+        assert!(config.segment_size > 0 && config.flush_bytes > 0 && config.flush_messages > 0);
+        assert!(config.reads_max > 0 && config.scan_chunk_bytes >= batch::BATCH_HEADER_SIZE as u64);
+        let mut log = PartitionLog {
+            config,
+            namespace,
+            owner,
+            status: Status::Opening,
+            recovery: None,
+            segments: VecDeque::new(),
+            appending: None,
+            queued: VecDeque::new(),
+            writing: None,
+            unwritten_bytes: 0,
+            written_offset: 0,
+            synced_offset: 0,
+            sync_target: 0,
+            syncing: None,
+            dirty: BTreeSet::new(),
+            frontier_pending: Vec::new(),
+            ordering_ops: 0,
+            creates_in_flight: 0,
+            superblock_sequence: 0,
+            frontier: 0,
+            retained_from: 0,
+            superblock_writing: None,
+            superblock_wanted: false,
+            delete_after_superblock: Vec::new(),
+            reads: BTreeMap::new(),
+            parked: Vec::new(),
+            events: VecDeque::new(),
+            ops: BTreeMap::new(),
+            token_next: 0,
+            last_timestamp: 0,
+        };
+        log.recovery = Some(recovery::Recovery::start(&mut log, io));
+        log
+    }
+
+    pub fn status(&self) -> Status {
+        self.status
+    }
+
+    pub fn namespace(&self) -> Namespace {
+        self.namespace
+    }
+
+    pub fn config(&self) -> &PartitionConfig {
+        &self.config
+    }
+
+    /// The first offset the partition still holds.
+    pub fn first_offset(&self) -> u64 {
+        self.segments.front().map_or(0, |segment| segment.start_offset)
+    }
+
+    /// The offset the next appended message gets.
+    pub fn end_offset(&self) -> u64 {
+        self.segments.back().map_or(0, |segment| segment.end_offset)
+    }
+
+    pub fn synced_offset(&self) -> u64 {
+        self.synced_offset
+    }
+
+    /// Bytes of log held, across segments.
+    pub fn size(&self) -> u64 {
+        self.segments.iter().map(|segment| segment.size).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// (start offset, end offset, size, sealed) of each segment, oldest first.
+    pub fn segments(&self) -> impl Iterator<Item = (u64, u64, u64, bool)> + '_ {
+        self.segments.iter().map(|segment| (segment.start_offset, segment.end_offset, segment.size, segment.sealed))
+    }
+
+    /// True when nothing is in flight: no unit, write, sync, read, superblock or removal.
+    pub fn is_idle(&self) -> bool {
+        self.appending.is_none() && self.queued.is_empty() && self.ops.is_empty() && self.parked.is_empty()
+    }
+
+    pub fn poll_event(&mut self) -> Option<PartitionEvent> {
+        self.events.pop_front()
+    }
+
+    fn token(&mut self, op: Op) -> Token {
+        let sequence = self.token_next & ((1 << TOKEN_OWNER_SHIFT) - 1);
+        self.token_next += 1;
+        assert!(!self.ops.contains_key(&sequence), "token space wrapped onto an op in flight");
+        self.ops.insert(sequence, op);
+        Token((PARTITION_TOKEN_TAG << TOKEN_TAG_SHIFT) | ((self.owner as u64) << TOKEN_OWNER_SHIFT) | sequence)
+    }
+
+    fn segment_position(&self, start_offset: u64) -> Option<usize> {
+        self.segments.binary_search_by_key(&start_offset, |segment| segment.start_offset).ok()
+    }
+
+    fn segment_mut(&mut self, start_offset: u64) -> &mut Segment {
+        let at = self.segment_position(start_offset).expect("segment exists");
+        &mut self.segments[at]
+    }
+
+    fn file(&self, kind: FileKind) -> FileId {
+        FileId::new(self.namespace, kind)
+    }
+
+    /// Stamps and appends one batch a client sent. `timestamp` (microseconds) is the partition's
+    /// clock; stored timestamps never go backwards.
+    pub fn append(&mut self, io: &mut impl Io, mut batch: Vec<u8>, timestamp: u64) -> Result<Appended, AppendError> {
+        match self.status {
+            Status::Open => {}
+            Status::Opening => return Err(AppendError::NotOpen),
+            Status::Failed(error) => return Err(AppendError::Failed(error)),
+        }
+        if self.unwritten_bytes + batch.len() as u64 > self.config.unwritten_bytes_max && self.unwritten_bytes > 0 {
+            return Err(AppendError::Busy);
+        }
+        let timestamp = timestamp.max(self.last_timestamp);
+        let base_offset = self.end_offset();
+        let header = batch::stamp(&mut batch, self.config.partition_id, base_offset, timestamp)?;
+        let timestamp_max = segment::batch_timestamp_max(&batch);
+        self.last_timestamp = timestamp;
+        self.push_batch(io, &header, timestamp_max, batch);
+        Ok(Appended { base_offset, last_offset: header.last_offset(), timestamp })
+    }
+
+    fn push_batch(&mut self, io: &mut impl Io, header: &BatchHeader, timestamp_max: u64, bytes: Vec<u8>) {
+        let interval = self.config.index_interval_bytes;
+        let active = self.segments.back_mut().expect("an open partition has an active segment");
+        assert!(!active.sealed);
+        let position = active.size;
+        active.record_batch(header, timestamp_max, interval);
+        let (segment_start, crossed) = (active.start_offset, active.size >= self.config.segment_size);
+        let unit = self.appending.get_or_insert_with(|| Unit {
+            segment_start,
+            position,
+            bytes: Vec::new(),
+            base_offset: header.base_offset,
+            end_offset: header.base_offset,
+            messages: 0,
+        });
+        assert_eq!(unit.position + unit.bytes.len() as u64, position);
+        if unit.bytes.is_empty() {
+            unit.bytes = bytes;
+        } else {
+            unit.bytes.extend_from_slice(&bytes);
+        }
+        unit.end_offset = header.end_offset();
+        unit.messages += header.message_count as u64;
+        self.unwritten_bytes += header.batch_length;
+        let full = unit.messages >= self.config.flush_messages || unit.bytes.len() as u64 >= self.config.flush_bytes;
+        if crossed {
+            self.seal_active();
+        } else if full {
+            self.flush_unit();
+        }
+        self.pump(io);
+    }
+
+    /// Seals the active segment (its unit is closed) and starts a new, empty one after it.
+    fn seal_active(&mut self) {
+        self.flush_unit();
+        let active = self.segments.back_mut().expect("active segment");
+        active.sealed = true;
+        let next = Segment::new(active.end_offset);
+        self.segments.push_back(next);
+    }
+
+    fn flush_unit(&mut self) {
+        if let Some(unit) = self.appending.take() {
+            self.queued.push_back(unit);
+        }
+    }
+
+    /// Hands every appended batch to a write now, whatever the thresholds say.
+    pub fn flush(&mut self, io: &mut impl Io) {
+        self.flush_unit();
+        self.pump(io);
+    }
+
+    /// Asks for every message appended so far to become durable; `Durable` reports it.
+    pub fn sync(&mut self, io: &mut impl Io) {
+        if self.status != Status::Open {
+            return;
+        }
+        self.sync_target = self.sync_target.max(self.end_offset());
+        self.flush(io);
+    }
+
+    /// Starts whatever can start: the next unit's write, a sync, a superblock write.
+    fn pump(&mut self, io: &mut impl Io) {
+        if let Status::Failed(_) = self.status {
+            return;
+        }
+        if self.sync_target > self.synced_offset {
+            self.flush_unit();
+        }
+        if self.writing.is_none() && self.ordering_ops == 0 {
+            if let Some(unit) = self.queued.pop_front() {
+                self.write_unit(io, unit);
+            }
+        }
+        let sync_due = self.sync_target > self.synced_offset && self.written_offset > self.synced_offset;
+        if self.syncing.is_none() && (sync_due || !self.frontier_pending.is_empty()) && !self.dirty.is_empty() {
+            self.issue_sync(io);
+        }
+        if self.superblock_wanted && self.superblock_writing.is_none() {
+            self.write_superblock(io);
+        }
+    }
+
+    fn write_unit(&mut self, io: &mut impl Io, unit: Unit) {
+        let namespace = self.namespace;
+        let segment = self.segment_mut(unit.segment_start);
+        let entries_end =
+            segment.index.partition_point(|entry| entry.position < unit.position + unit.bytes.len() as u64);
+        let mut index_bytes = Vec::new();
+        for entry in &segment.index[segment.index_written..entries_end] {
+            entry.encode_into(&mut index_bytes);
+        }
+        let index_at = segment.index_written as u64 * segment::INDEX_ENTRY_SIZE as u64;
+        segment.index_written = entries_end;
+        let (log_file, index_file) = (segment.log_file(namespace), segment.index_file(namespace));
+        let mut writing = Writing {
+            segment_start: unit.segment_start,
+            position: unit.position,
+            len: unit.bytes.len() as u64,
+            base_offset: unit.base_offset,
+            end_offset: unit.end_offset,
+            index_entries_end: entries_end,
+            outstanding: 1,
+            error: None,
+        };
+        let token = self.token(Op::LogWrite);
+        io.write(log_file, unit.position, unit.bytes, token);
+        if !index_bytes.is_empty() {
+            writing.outstanding += 1;
+            let token = self.token(Op::IndexWrite);
+            io.write(index_file, index_at, index_bytes, token);
+        }
+        self.writing = Some(writing);
+    }
+
+    fn issue_sync(&mut self, io: &mut impl Io) {
+        let files = std::mem::take(&mut self.dirty);
+        let sealing = std::mem::take(&mut self.frontier_pending);
+        self.syncing = Some(Syncing { covers: self.written_offset, outstanding: files.len(), error: None, sealing });
+        for file in files {
+            let token = self.token(Op::Sync);
+            io.sync(file, token);
+        }
+    }
+
+    fn write_superblock(&mut self, io: &mut impl Io) {
+        self.superblock_wanted = false;
+        let sequence = self.superblock_sequence + 1;
+        let superblock = Superblock {
+            sequence,
+            parent_checksum: 0,
+            vsr_state: VsrState {
+                offset_frontier: self.frontier,
+                retained_from: self.retained_from,
+                ..VsrState::default()
+            },
+        };
+        let kind = if sequence % 2 == 1 { FileKind::SuperblockA } else { FileKind::SuperblockB };
+        let token = self.token(Op::SuperblockWrite);
+        io.write(self.file(kind), 0, superblock.encode(), token);
+        self.superblock_writing = Some(sequence);
+    }
+
+    fn superblock_file(sequence: u64) -> FileKind {
+        if sequence % 2 == 1 {
+            FileKind::SuperblockA
+        } else {
+            FileKind::SuperblockB
+        }
+    }
+
+    /// Feeds a completion that `token_owner` says is this log's.
+    pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        let token = completion.token();
+        assert_eq!(token_owner(token), Some(self.owner), "completion for another owner");
+        let op = self.ops.remove(&(token.0 & ((1 << TOKEN_OWNER_SHIFT) - 1))).expect("completion of an op in flight");
+        match op {
+            Op::Recovery => {
+                let mut recovery = self.recovery.take().expect("recovering");
+                let done = recovery.on_completion(self, io, completion);
+                if !done {
+                    self.recovery = Some(recovery);
+                }
+            }
+            Op::LogWrite | Op::IndexWrite => {
+                let result = match completion {
+                    Completion::Write { result, .. } => result,
+                    other => panic!("write op completed as {other:?}"),
+                };
+                self.on_write(io, result);
+            }
+            Op::Sync => {
+                let result = match completion {
+                    Completion::Sync { result, .. } => result,
+                    other => panic!("sync op completed as {other:?}"),
+                };
+                self.on_sync(result);
+            }
+            Op::Read { id } => self.on_read(io, id, completion),
+            Op::SuperblockWrite => {
+                let sequence = self.superblock_writing.expect("superblock in flight");
+                match completion {
+                    Completion::Write { result: Ok(()), .. } => {
+                        let token = self.token(Op::SuperblockSync);
+                        io.sync(self.file(Self::superblock_file(sequence)), token);
+                    }
+                    Completion::Write { result: Err(error), .. } => self.fail(error),
+                    other => panic!("superblock write completed as {other:?}"),
+                }
+            }
+            Op::SuperblockSync => match completion {
+                Completion::Sync { result: Ok(()), .. } => {
+                    self.superblock_sequence = self.superblock_writing.take().expect("superblock in flight");
+                    for start_offset in std::mem::take(&mut self.delete_after_superblock) {
+                        self.delete_segment_files(io, start_offset);
+                    }
+                    if let Some(recovery) = self.recovery.take() {
+                        recovery.finish(self);
+                    }
+                }
+                Completion::Sync { result: Err(error), .. } => self.fail(error),
+                other => panic!("superblock sync completed as {other:?}"),
+            },
+            Op::Ordering => self.ordering_ops -= 1,
+            Op::Create => self.creates_in_flight -= 1,
+        }
+        self.pump(io);
+    }
+
+    fn fail(&mut self, error: IoError) {
+        if self.status != Status::Failed(error) {
+            self.status = Status::Failed(error);
+            self.events.push_back(PartitionEvent::Failed(error));
+        }
+    }
+
+    fn on_write(&mut self, io: &mut impl Io, result: Result<(), IoError>) {
+        let writing = self.writing.as_mut().expect("write in flight");
+        writing.outstanding -= 1;
+        if let Err(error) = result {
+            writing.error.get_or_insert(error);
+        }
+        if writing.outstanding > 0 {
+            return;
+        }
+        let writing = self.writing.take().expect("write in flight");
+        if let Some(error) = writing.error {
+            self.reject_from(io, &writing, error);
+            return;
+        }
+        let namespace = self.namespace;
+        let segment = self.segment_mut(writing.segment_start);
+        assert_eq!(segment.written_size, writing.position, "units are written in order");
+        let (log_file, index_file) = (segment.log_file(namespace), segment.index_file(namespace));
+        segment.written_size += writing.len;
+        let sealed_end = (segment.sealed && segment.written_size == segment.size).then_some(segment.end_offset);
+        self.unwritten_bytes -= writing.len;
+        assert_eq!(self.written_offset, writing.base_offset);
+        self.written_offset = writing.end_offset;
+        self.frontier_pending.extend(sealed_end);
+        // Dirty from the moment the write completed: a sync issued before that did not cover it.
+        self.dirty.insert(log_file);
+        self.dirty.insert(index_file);
+        self.retry_parked(io);
+    }
+
+    /// A write failed (a full disk, a device error): every message from the failed unit on is
+    /// dropped and the log continues from its first offset. Bytes below it are untouched.
+    fn reject_from(&mut self, io: &mut impl Io, writing: &Writing, error: IoError) {
+        let from_offset = writing.base_offset;
+        self.appending = None;
+        self.queued.clear();
+        self.unwritten_bytes = 0;
+        self.frontier_pending.retain(|end| *end <= writing.segment_start);
+        // Drop segments that began at or after the failed unit, then cut the one it was in.
+        while self.segments.back().is_some_and(|segment| segment.start_offset > writing.segment_start) {
+            let segment = self.segments.pop_back().expect("segment");
+            self.delete_segment_files(io, segment.start_offset);
+        }
+        let namespace = self.namespace;
+        let segment = self.segments.back_mut().expect("the failed unit's segment");
+        assert_eq!(segment.start_offset, writing.segment_start);
+        segment.sealed = false;
+        segment.size = writing.position;
+        segment.written_size = writing.position;
+        segment.end_offset = from_offset;
+        segment.index.retain(|entry: &IndexEntry| entry.position < writing.position);
+        segment.index_written = segment.index_written.min(segment.index.len()).min(writing.index_entries_end);
+        let (log_file, index_file) = (segment.log_file(namespace), segment.index_file(namespace));
+        let index_len = segment.index_written as u64 * segment::INDEX_ENTRY_SIZE as u64;
+        let token = self.token(Op::Ordering);
+        io.truncate(log_file, writing.position, token);
+        let token = self.token(Op::Ordering);
+        io.truncate(index_file, index_len, token);
+        self.ordering_ops += 2;
+        self.last_timestamp = self.segments.back().map_or(0, |segment| segment.last_timestamp).max(self.last_timestamp);
+        self.sync_target = self.sync_target.min(from_offset);
+        self.events.push_back(PartitionEvent::Rejected { from_offset, error });
+        self.retry_parked(io);
+    }
+
+    fn on_sync(&mut self, result: Result<(), IoError>) {
+        let syncing = self.syncing.as_mut().expect("sync in flight");
+        syncing.outstanding -= 1;
+        if let Err(error) = result {
+            syncing.error.get_or_insert(error);
+        }
+        if syncing.outstanding > 0 {
+            return;
+        }
+        let syncing = self.syncing.take().expect("sync in flight");
+        if let Some(error) = syncing.error {
+            // After a failed fsync the page cache may have dropped the dirty pages: only a
+            // reopen, which reads what is really on disk, can say what is durable.
+            self.fail(error);
+            return;
+        }
+        if syncing.covers > self.synced_offset {
+            self.synced_offset = syncing.covers;
+            self.events.push_back(PartitionEvent::Durable { offset: self.synced_offset });
+        }
+        if let Some(&end) = syncing.sealing.iter().max() {
+            if end > self.frontier {
+                self.frontier = end;
+                self.superblock_wanted = true;
+            }
+        }
+    }
+
+    /// Deletes sealed segments past the topic's retention: older than the message expiry, or the
+    /// oldest while the partition is over its size. Never the active segment, never one not yet
+    /// synced.
+    pub fn apply_retention(&mut self, io: &mut impl Io, now_us: u64) -> usize {
+        if self.status != Status::Open || self.creates_in_flight > 0 {
+            return 0;
+        }
+        let mut deleted = 0;
+        while let Some(oldest) = self.segments.front() {
+            let deletable = oldest.sealed && oldest.end_offset <= self.frontier && self.segments.len() > 1;
+            let expired = self
+                .config
+                .message_expiry_us
+                .is_some_and(|expiry| oldest.last_timestamp.saturating_add(expiry) <= now_us);
+            let oversized = self.config.max_size.is_some_and(|max| self.size() > max);
+            if !deletable || !(expired || oversized) {
+                break;
+            }
+            let segment = self.segments.pop_front().expect("oldest");
+            self.delete_segment_files(io, segment.start_offset);
+            deleted += 1;
+        }
+        deleted
+    }
+
+    fn delete_segment_files(&mut self, io: &mut impl Io, start_offset: u64) {
+        for kind in [FileKind::Segment(start_offset), FileKind::Index(start_offset)] {
+            let file = self.file(kind);
+            self.dirty.remove(&file);
+            let token = self.token(Op::Ordering);
+            io.remove(file, token);
+            self.ordering_ops += 1;
+        }
+        self.events.push_back(PartitionEvent::SegmentDeleted { start_offset });
+    }
+
+    /// Deletes every message: a new, empty segment starts at the current end offset (offsets
+    /// never go back). `false` while writes are in flight: purge an idle partition.
+    pub fn purge(&mut self, io: &mut impl Io) -> bool {
+        if self.status != Status::Open || !self.is_idle() || self.syncing.is_some() || self.creates_in_flight > 0 {
+            return false;
+        }
+        let end = self.end_offset();
+        let old: Vec<u64> = self.segments.drain(..).map(|segment| segment.start_offset).collect();
+        self.segments.push_back(Segment::new(end));
+        self.create_active_files(io);
+        self.retained_from = end;
+        self.frontier = end;
+        self.delete_after_superblock = old;
+        self.superblock_wanted = true;
+        self.pump(io);
+        true
+    }
+
+    /// Creates the active segment's empty files (they must exist before a superblock names them).
+    fn create_active_files(&mut self, io: &mut impl Io) {
+        let namespace = self.namespace;
+        let active = self.segments.back().expect("active segment");
+        let (log_file, index_file) = (active.log_file(namespace), active.index_file(namespace));
+        for file in [log_file, index_file] {
+            let token = self.token(Op::Create);
+            io.write(file, 0, Vec::new(), token);
+            self.creates_in_flight += 1;
+            self.dirty.insert(file);
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Reads from a partition log: by offset or by timestamp, returning whole stamped batches.
+//!
+//! A read finds its segment from the in-memory extents, starts at the sparse index entry at or
+//! before its target, and reads only up to the index entry past what it needs (or its byte budget).
+//! Batches before the target in that window are skipped; the result is one contiguous run of whole
+//! batches sliced out of the read buffer, each checked against its checksums. A read that starts in
+//! a batch larger than its window reads again with the batch's own length; one whose window held
+//! only batches before its target continues from where it stopped, into the next segment if need be.
+
+use vireo_io::{Completion, Io, IoError};
+
+use super::segment::{self, ScanStop};
+use super::{Op, PartitionEvent, PartitionLog, Status};
+use crate::batch::{self, BATCH_HEADER_SIZE, BATCH_SIZE_MAX};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadStart {
+    /// From this offset (clamped to the first offset still held).
+    Offset(u64),
+    /// From the first message stamped at or after this timestamp (microseconds).
+    Timestamp(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadRequest {
+    /// Chosen by the caller; handed back in the `Read` event.
+    pub id: u64,
+    pub start: ReadStart,
+    /// Messages wanted from the start on.
+    pub count: u32,
+    /// Bytes of batches wanted at most (at least one whole batch is returned).
+    pub bytes_max: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadBatches {
+    /// The first offset the request asked for; the first batch may begin before it.
+    pub start_offset: u64,
+    /// Whole stamped batches, back to back; empty when there is nothing at or after the start.
+    pub bytes: Vec<u8>,
+    pub batch_count: u32,
+    /// The partition's end offset when the read finished.
+    pub end_offset: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    #[error("the partition is not open")]
+    NotOpen,
+    #[error("too many reads in flight")]
+    Busy,
+    /// The batch holding this offset failed its checksums: it needs repair from a peer.
+    #[error("the batch at offset {offset} is damaged")]
+    Corrupt { offset: u64 },
+    #[error("the device failed the read: {0}")]
+    Io(IoError),
+}
+
+#[derive(Debug)]
+pub(super) struct ReadInFlight {
+    request: ReadRequest,
+    segment_start: u64,
+    position: u64,
+}
+
+impl PartitionLog {
+    /// Starts a read; its result comes back as a `PartitionEvent::Read` with the request's id.
+    pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
+        if self.status != Status::Open {
+            return Err(ReadError::NotOpen);
+        }
+        if self.reads.len() + self.parked.len() >= self.config.reads_max {
+            return Err(ReadError::Busy);
+        }
+        assert!(!self.reads.contains_key(&request.id), "read id {} already in flight", request.id);
+        self.start_read(io, request);
+        Ok(())
+    }
+
+    fn finish_read(&mut self, id: u64, result: Result<ReadBatches, ReadError>) {
+        self.events.push_back(PartitionEvent::Read { id, result });
+    }
+
+    fn empty_read(&mut self, request: &ReadRequest, start_offset: u64) {
+        let end_offset = self.end_offset();
+        self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes: Vec::new(), batch_count: 0, end_offset }));
+    }
+
+    pub(super) fn start_read(&mut self, io: &mut impl Io, request: ReadRequest) {
+        let (first, end) = (self.first_offset(), self.end_offset());
+        let found = match request.start {
+            ReadStart::Offset(offset) => {
+                let offset = offset.max(first);
+                if offset >= end || request.count == 0 {
+                    return self.empty_read(&request, offset);
+                }
+                let at = self.segments.partition_point(|segment| segment.start_offset <= offset) - 1;
+                let segment = &self.segments[at];
+                let bound = segment.position_bound_for_offset(offset.saturating_add(request.count as u64));
+                (segment.start_offset, segment.position_for_offset(offset), bound)
+            }
+            ReadStart::Timestamp(timestamp) => {
+                let at =
+                    self.segments.iter().position(|segment| !segment.is_empty() && segment.last_timestamp >= timestamp);
+                let Some(at) = at.filter(|_| request.count > 0) else {
+                    return self.empty_read(&request, end);
+                };
+                let segment = &self.segments[at];
+                (segment.start_offset, segment.position_for_timestamp(timestamp), segment.size)
+            }
+        };
+        let (segment_start, position, bound) = found;
+        self.read_segment_at(io, request, segment_start, position, bound);
+    }
+
+    /// Reads the segment from `position` (a batch boundary) towards `bound`.
+    fn read_segment_at(
+        &mut self,
+        io: &mut impl Io,
+        request: ReadRequest,
+        segment_start: u64,
+        position: u64,
+        bound: u64,
+    ) {
+        let at = self.segment_position(segment_start).expect("segment");
+        let segment = &self.segments[at];
+        assert!(position < segment.size, "a read starts inside its segment");
+        let window = request.bytes_max.min(self.config.read_bytes_max) + self.config.index_interval_bytes;
+        let bound = bound.max(position + BATCH_HEADER_SIZE as u64).min(position + window.max(BATCH_HEADER_SIZE as u64));
+        if position < segment.written_size {
+            let end = bound.min(segment.written_size);
+            let file = segment.log_file(self.namespace);
+            let token = self.token(Op::Read { id: request.id });
+            io.read(file, position, (end - position) as usize, token);
+            self.reads.insert(request.id, ReadInFlight { request, segment_start, position });
+            return;
+        }
+        let writing = self.writing.as_ref().is_some_and(|writing| {
+            writing.segment_start == segment_start
+                && (writing.position..writing.position + writing.len).contains(&position)
+        });
+        if writing {
+            self.parked.push(request);
+            return;
+        }
+        // Not handed to a write yet: serve it from the units in memory.
+        let mut bytes = Vec::new();
+        let units = self.queued.iter().chain(self.appending.iter()).filter(|unit| unit.segment_start == segment_start);
+        for unit in units {
+            let unit_end = unit.position + unit.bytes.len() as u64;
+            if unit_end <= position || (bytes.len() as u64) >= bound - position {
+                continue;
+            }
+            let from = position.max(unit.position) - unit.position;
+            let to = (unit.bytes.len() as u64).min(from + (bound - position) - bytes.len() as u64);
+            bytes.extend_from_slice(&unit.bytes[from as usize..to as usize]);
+        }
+        assert!(
+            !bytes.is_empty(),
+            "unwritten bytes at {position} of segment {segment_start} are in no unit (written {}, size {}, writing {:?}, units {:?})",
+            segment.written_size,
+            segment.size,
+            self.writing,
+            self.queued.iter().chain(self.appending.iter()).map(|unit| (unit.segment_start, unit.position, unit.bytes.len())).collect::<Vec<_>>()
+        );
+        self.collect(io, request, segment_start, position, bytes);
+    }
+
+    pub(super) fn retry_parked(&mut self, io: &mut impl Io) {
+        for request in std::mem::take(&mut self.parked) {
+            self.start_read(io, request);
+        }
+    }
+
+    pub(super) fn on_read(&mut self, io: &mut impl Io, id: u64, completion: Completion) {
+        let in_flight = self.reads.remove(&id).expect("read in flight");
+        let result = match completion {
+            Completion::Read { result, .. } => result,
+            other => panic!("read op completed as {other:?}"),
+        };
+        // Retention or a rejected write may have deleted the segment meanwhile: start again.
+        let current = self
+            .segment_position(in_flight.segment_start)
+            .is_some_and(|at| self.segments[at].written_size > in_flight.position);
+        if !current || self.status != Status::Open {
+            if self.status == Status::Open {
+                self.start_read(io, in_flight.request);
+            } else {
+                self.finish_read(id, Err(ReadError::NotOpen));
+            }
+            return;
+        }
+        match result {
+            Ok(bytes) => self.collect(io, in_flight.request, in_flight.segment_start, in_flight.position, bytes),
+            Err(error) => self.finish_read(id, Err(ReadError::Io(error))),
+        }
+    }
+
+    /// Picks the batches the request wants out of `bytes` (read at `position` of the segment), or
+    /// reads on when they hold none yet.
+    fn collect(
+        &mut self,
+        io: &mut impl Io,
+        request: ReadRequest,
+        segment_start: u64,
+        position: u64,
+        mut bytes: Vec<u8>,
+    ) {
+        let scan = segment::scan(&bytes, None);
+        let (mut first, mut last, mut start_offset) = (None, 0, None);
+        let (mut messages, mut taken_bytes, mut batch_count) = (0u64, 0u64, 0u32);
+        for &(at, header) in &scan.batches {
+            let batch_bytes = &bytes[at..at + header.batch_length as usize];
+            let wanted_from = match request.start {
+                ReadStart::Offset(offset) => (header.end_offset() > offset).then_some(offset.max(header.base_offset)),
+                ReadStart::Timestamp(timestamp) => batch::messages(batch_bytes).ok().and_then(|all| {
+                    all.iter().find(|message| message.timestamp >= timestamp).map(|message| message.offset)
+                }),
+            };
+            let Some(from) = wanted_from.or(start_offset.map(|_| header.base_offset)) else { continue };
+            first.get_or_insert(at);
+            start_offset.get_or_insert(from);
+            last = at + header.batch_length as usize;
+            messages += header.end_offset() - from;
+            taken_bytes += header.batch_length;
+            batch_count += 1;
+            if messages >= request.count as u64 || taken_bytes >= request.bytes_max {
+                break;
+            }
+        }
+        if let (Some(first), Some(start_offset)) = (first, start_offset) {
+            bytes.truncate(last);
+            bytes.drain(..first);
+            let end_offset = self.end_offset();
+            return self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes, batch_count, end_offset }));
+        }
+        let scanned_to = position + scan.valid_len as u64;
+        let at = self.segment_position(segment_start).expect("segment");
+        let expected = scan.batches.last().map_or(self.segments[at].start_offset, |(_, header)| header.end_offset());
+        match scan.stop {
+            ScanStop::Invalid(_) | ScanStop::Discontinuous { .. } => {
+                let offset = match request.start {
+                    ReadStart::Offset(offset) => offset.max(expected),
+                    ReadStart::Timestamp(_) => expected,
+                };
+                self.finish_read(request.id, Err(ReadError::Corrupt { offset }))
+            }
+            ScanStop::Partial { batch_length } => {
+                let length = batch_length.min(BATCH_SIZE_MAX as u64);
+                self.read_segment_at(io, request, segment_start, scanned_to, scanned_to + length)
+            }
+            ScanStop::End if scanned_to < self.segments[at].size => {
+                let size = self.segments[at].size;
+                self.read_segment_at(io, request, segment_start, scanned_to, size)
+            }
+            ScanStop::End => match self.segments.get(at + 1) {
+                Some(next) if !next.is_empty() => {
+                    let (next_start, size) = (next.start_offset, next.size);
+                    self.read_segment_at(io, request, next_start, 0, size)
+                }
+                _ => self.empty_read(&request, self.end_offset()),
+            },
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! Opening a partition: what is on disk, checked, before anything is appended or served.
+//!
+//! 1. List the partition's directory and read both superblock copies; the valid one with the
+//!    higher sequence gives the *frontier* (every segment ending at or below it was sealed, synced
+//!    and verified) and `retained_from` (segments wholly below it were purged: delete them).
+//! 2. Each segment below the frontier is trusted if its index is whole and consistent: only the
+//!    bytes after its last index entry are read and checked. Every other segment (the active one,
+//!    and any whose index is missing or bad) is read in full and every batch checked, rebuilding
+//!    its index.
+//! 3. The first batch that is torn, damaged or breaks the dense run of offsets ends the log: the
+//!    segment is truncated there, later segments are deleted, and the report says from which
+//!    offset; the caller (VSR) knows whether that offset was committed and must be repaired.
+//! 4. Rebuilt indexes are rewritten, everything touched is synced, and a new superblock is written:
+//!    a fresh partition has only `superblock.a`; `superblock.b` appears at the first restart.
+
+use std::collections::BTreeMap;
+
+use vireo_io::{Completion, FileKind, Io, IoError};
+
+use super::segment::{self, decode_index, IndexEntry, ScanStop, Segment, INDEX_ENTRY_SIZE};
+use super::{Op, PartitionEvent, PartitionLog, Status};
+use crate::batch::BATCH_SIZE_MAX;
+use crate::superblock::{choose, Superblock, SUPERBLOCK_SIZE_MAX};
+
+/// What recovery found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// No superblock and no segment: a new partition.
+    pub fresh: bool,
+    pub segments: usize,
+    pub first_offset: u64,
+    pub end_offset: u64,
+    /// The log was cut at this offset: a batch there was torn or damaged (or offsets broke).
+    pub truncated_from: Option<u64>,
+    /// Bytes cut from the end of the segment the log was cut in.
+    pub truncated_bytes: u64,
+    /// The cut lies below the superblock frontier: messages that were durable and verified are
+    /// missing and must be repaired from a peer (otherwise it is the torn, unsynced tail).
+    pub corrupt: bool,
+    /// Later segments deleted by the cut.
+    pub segments_dropped: usize,
+    /// Segments whose index was missing or bad and was rebuilt from the log.
+    pub indexes_rebuilt: usize,
+    /// Leftovers deleted: segments below a purge, indexes without a log.
+    pub leftovers_deleted: usize,
+    /// Segments trusted from their index (below the superblock frontier).
+    pub segments_trusted: usize,
+}
+
+#[derive(Debug)]
+enum Stage {
+    Listing,
+    Superblocks {
+        outstanding: usize,
+    },
+    /// Reading the `.index` of the segment being examined.
+    Index,
+    /// Reading the bytes after a trusted index's last entry.
+    Tail {
+        entries: Vec<IndexEntry>,
+    },
+    /// Reading the segment in full, from `position`.
+    Scan {
+        position: u64,
+    },
+    /// Truncates, removes, index rewrites and syncs in flight.
+    Fixups {
+        outstanding: usize,
+    },
+    /// The superblock write (completed by the log itself).
+    Superblock,
+}
+
+pub(super) struct Recovery {
+    stage: Stage,
+    logs: Vec<(u64, u64)>,
+    indexes: BTreeMap<u64, u64>,
+    superblocks: [Option<Result<Superblock, ()>>; 2],
+    superblock_files: Vec<FileKind>,
+    /// The segment being examined (index into `logs`) and what is built of it.
+    current: usize,
+    building: Option<Segment>,
+    rebuilt: Vec<bool>,
+    report: RecoveryReport,
+    /// Where the log was cut: (segment index, valid size of that segment).
+    cut: Option<(usize, u64)>,
+}
+
+impl Recovery {
+    pub(super) fn start(log: &mut PartitionLog, io: &mut impl Io) -> Recovery {
+        let token = log.token(Op::Recovery);
+        io.list(log.namespace, token);
+        Recovery {
+            stage: Stage::Listing,
+            logs: Vec::new(),
+            indexes: BTreeMap::new(),
+            superblocks: [None, None],
+            superblock_files: Vec::new(),
+            current: 0,
+            building: None,
+            rebuilt: Vec::new(),
+            report: RecoveryReport::default(),
+            cut: None,
+        }
+    }
+
+    /// Feeds one completion; true once recovery needs nothing more of it (the superblock write
+    /// then finishes it through `finish`).
+    pub(super) fn on_completion(&mut self, log: &mut PartitionLog, io: &mut impl Io, completion: Completion) -> bool {
+        match std::mem::replace(&mut self.stage, Stage::Listing) {
+            Stage::Listing => {
+                let Completion::List { result, .. } = completion else { panic!("listing completed as {completion:?}") };
+                let files = match result {
+                    Ok(files) => files,
+                    Err(error) => return self.fail(log, error),
+                };
+                for (kind, size) in files {
+                    match kind {
+                        FileKind::Segment(start) => self.logs.push((start, size)),
+                        FileKind::Index(start) => {
+                            self.indexes.insert(start, size);
+                        }
+                        FileKind::SuperblockA | FileKind::SuperblockB => self.superblock_files.push(kind),
+                        _ => {}
+                    }
+                }
+                self.logs.sort();
+                if self.superblock_files.is_empty() {
+                    self.plan(log, io);
+                } else {
+                    for kind in self.superblock_files.clone() {
+                        let token = log.token(Op::Recovery);
+                        io.read(log.file(kind), 0, SUPERBLOCK_SIZE_MAX, token);
+                    }
+                    self.stage = Stage::Superblocks { outstanding: self.superblock_files.len() };
+                }
+            }
+            Stage::Superblocks { outstanding } => {
+                let Completion::Read { result, .. } = completion else { panic!("superblock read as {completion:?}") };
+                let decoded = result.map_err(|_| ()).and_then(|bytes| Superblock::decode(&bytes).map_err(|_| ()));
+                // Which copy this was does not matter: the higher valid sequence wins.
+                let slot = if self.superblocks[0].is_none() { 0 } else { 1 };
+                self.superblocks[slot] = Some(decoded);
+                if outstanding > 1 {
+                    self.stage = Stage::Superblocks { outstanding: outstanding - 1 };
+                } else {
+                    let to_result = |copy: &Option<Result<Superblock, ()>>| match copy {
+                        Some(Ok(superblock)) => Ok(superblock.clone()),
+                        _ => Err(crate::superblock::SuperblockError::Empty),
+                    };
+                    if let Ok(superblock) = choose(to_result(&self.superblocks[0]), to_result(&self.superblocks[1])) {
+                        log.superblock_sequence = superblock.sequence;
+                        log.frontier = superblock.vsr_state.offset_frontier;
+                        log.retained_from = superblock.vsr_state.retained_from;
+                    } else {
+                        // Both copies damaged: trust nothing below, scan every segment.
+                        log.superblock_sequence = 2;
+                    }
+                    self.plan(log, io);
+                }
+            }
+            Stage::Index => {
+                let Completion::Read { result, .. } = completion else { panic!("index read as {completion:?}") };
+                let (start, size) = self.logs[self.current];
+                match result
+                    .ok()
+                    .and_then(|bytes| decode_index(&bytes, start, size))
+                    .filter(|entries| !entries.is_empty())
+                {
+                    Some(entries) => {
+                        let position = entries.last().expect("entries").position;
+                        let token = log.token(Op::Recovery);
+                        io.read(log.file(FileKind::Segment(start)), position, (size - position) as usize, token);
+                        self.stage = Stage::Tail { entries };
+                    }
+                    None => {
+                        self.report.indexes_rebuilt += 1;
+                        self.scan_from(log, io, 0)
+                    }
+                }
+            }
+            Stage::Tail { entries } => {
+                let Completion::Read { result, .. } = completion else { panic!("tail read as {completion:?}") };
+                let (start, size) = self.logs[self.current];
+                let last = *entries.last().expect("entries");
+                let next_start = self.logs.get(self.current + 1).map(|(next, _)| *next);
+                let tail_ok = result.ok().and_then(|bytes| {
+                    let scan = segment::scan(&bytes, Some(last.offset));
+                    let ends_whole = scan.stop == ScanStop::End && scan.valid_len as u64 == size - last.position;
+                    let end = scan.batches.last().map(|(_, header)| header.end_offset());
+                    let timestamp_max = scan
+                        .batches
+                        .iter()
+                        .map(|&(at, header)| {
+                            segment::batch_timestamp_max(&bytes[at..at + header.batch_length as usize])
+                        })
+                        .max();
+                    (ends_whole && end.is_some() && end == next_start)
+                        .then(|| (end.unwrap(), timestamp_max.unwrap_or(0)))
+                });
+                match tail_ok {
+                    Some((end_offset, timestamp_max)) => {
+                        let mut trusted = Segment::new(start);
+                        trusted.end_offset = end_offset;
+                        trusted.size = size;
+                        trusted.written_size = size;
+                        trusted.first_timestamp = entries[0].timestamp;
+                        trusted.last_timestamp = timestamp_max.max(last.timestamp);
+                        trusted.index_written = entries.len();
+                        trusted.index = entries;
+                        trusted.sealed = true;
+                        self.report.segments_trusted += 1;
+                        self.building = Some(trusted);
+                        self.segment_done(log, io, size);
+                    }
+                    None => {
+                        self.report.indexes_rebuilt += 1;
+                        self.scan_from(log, io, 0)
+                    }
+                }
+            }
+            Stage::Scan { position } => {
+                let Completion::Read { result, .. } = completion else { panic!("scan read as {completion:?}") };
+                let (_, size) = self.logs[self.current];
+                let bytes = match result {
+                    Ok(bytes) => bytes,
+                    // An unreadable sector ends the log here, as a damaged batch would.
+                    Err(_) => {
+                        self.cut_at(log, io, position, size);
+                        return false;
+                    }
+                };
+                let building = self.building.as_mut().expect("segment being built");
+                let scan = segment::scan(&bytes, Some(building.end_offset));
+                for &(at, header) in &scan.batches {
+                    let timestamp_max = segment::batch_timestamp_max(&bytes[at..at + header.batch_length as usize]);
+                    building.record_batch(&header, timestamp_max, log.config.index_interval_bytes);
+                }
+                let scanned_to = position + scan.valid_len as u64;
+                match scan.stop {
+                    ScanStop::End if scanned_to == size => self.segment_done(log, io, size),
+                    ScanStop::End => self.scan_from(log, io, scanned_to),
+                    ScanStop::Partial { batch_length } if scanned_to + batch_length <= size => {
+                        if batch_length > bytes.len() as u64 - scan.valid_len as u64 {
+                            self.scan_read(log, io, scanned_to, batch_length.min(BATCH_SIZE_MAX as u64));
+                        } else {
+                            self.scan_from(log, io, scanned_to);
+                        }
+                    }
+                    _ => self.cut_at(log, io, scanned_to, size),
+                }
+            }
+            Stage::Fixups { outstanding } => {
+                if let Completion::Sync { result: Err(error), .. } | Completion::Write { result: Err(error), .. } =
+                    completion
+                {
+                    return self.fail(log, error);
+                }
+                if outstanding > 1 {
+                    self.stage = Stage::Fixups { outstanding: outstanding - 1 };
+                } else {
+                    self.write_superblock(log);
+                }
+            }
+            Stage::Superblock => unreachable!("the log completes the superblock write"),
+        }
+        false
+    }
+
+    fn fail(&mut self, log: &mut PartitionLog, error: IoError) -> bool {
+        log.status = Status::Failed(error);
+        log.events.push_back(PartitionEvent::Failed(error));
+        true
+    }
+
+    /// Deletes leftovers and starts examining the first segment.
+    fn plan(&mut self, log: &mut PartitionLog, io: &mut impl Io) {
+        let logs = std::mem::take(&mut self.logs);
+        let mut kept = Vec::new();
+        for (at, &(start, size)) in logs.iter().enumerate() {
+            let end_bound = logs.get(at + 1).map(|(next, _)| *next);
+            if end_bound.is_some_and(|end| end <= log.retained_from) {
+                self.delete(log, io, start);
+            } else {
+                kept.push((start, size));
+            }
+        }
+        for &start in self.indexes.keys() {
+            if !kept.iter().any(|(log_start, _)| *log_start == start) && !logs.iter().any(|(s, _)| *s == start) {
+                let token = log.token(Op::Ordering);
+                io.remove(log.file(FileKind::Index(start)), token);
+                log.ordering_ops += 1;
+                self.report.leftovers_deleted += 1;
+            }
+        }
+        self.logs = kept;
+        self.rebuilt = vec![false; self.logs.len()];
+        self.report.fresh = self.logs.is_empty() && self.superblock_files.is_empty();
+        self.current = 0;
+        self.examine(log, io);
+    }
+
+    fn delete(&mut self, log: &mut PartitionLog, io: &mut impl Io, start: u64) {
+        for kind in [FileKind::Segment(start), FileKind::Index(start)] {
+            let token = log.token(Op::Ordering);
+            io.remove(log.file(kind), token);
+            log.ordering_ops += 1;
+        }
+        self.report.leftovers_deleted += 1;
+    }
+
+    fn examine(&mut self, log: &mut PartitionLog, io: &mut impl Io) {
+        let Some(&(start, _)) = self.logs.get(self.current) else {
+            return self.fixups(log, io);
+        };
+        let expected = log.segments.back().map(|previous| previous.end_offset);
+        if expected.is_some_and(|expected| expected != start) {
+            // A gap or an overlap between segments: the log ends where the previous one did.
+            let previous = self.current - 1;
+            let size = self.logs[previous].1;
+            self.current = previous;
+            self.cut = Some((previous, size));
+            return self.fixups(log, io);
+        }
+        let below_frontier = self.logs.get(self.current + 1).is_some_and(|(next, _)| *next <= log.frontier);
+        match self.indexes.get(&start) {
+            Some(&index_size) if below_frontier && index_size > 0 => {
+                let token = log.token(Op::Recovery);
+                io.read(log.file(FileKind::Index(start)), 0, index_size as usize, token);
+                self.stage = Stage::Index;
+            }
+            _ => {
+                let (_, size) = self.logs[self.current];
+                if size > 0 && (below_frontier || !self.indexes.contains_key(&start)) {
+                    self.report.indexes_rebuilt += 1;
+                }
+                self.scan_from(log, io, 0)
+            }
+        }
+    }
+
+    fn scan_from(&mut self, log: &mut PartitionLog, io: &mut impl Io, position: u64) {
+        if position == 0 {
+            let (start, _) = self.logs[self.current];
+            self.building = Some(Segment::new(start));
+            self.rebuilt[self.current] = true;
+        }
+        let (_, size) = self.logs[self.current];
+        if position == size {
+            return self.segment_done(log, io, size);
+        }
+        self.scan_read(log, io, position, log.config.scan_chunk_bytes);
+    }
+
+    fn scan_read(&mut self, log: &mut PartitionLog, io: &mut impl Io, position: u64, len: u64) {
+        let (start, size) = self.logs[self.current];
+        let len = len.min(size - position);
+        let token = log.token(Op::Recovery);
+        io.read(log.file(FileKind::Segment(start)), position, len as usize, token);
+        self.stage = Stage::Scan { position };
+    }
+
+    /// The scan of the current segment stopped at `valid_size` short of its end: the log ends here.
+    fn cut_at(&mut self, log: &mut PartitionLog, io: &mut impl Io, valid_size: u64, size: u64) {
+        assert!(valid_size <= size);
+        self.cut = Some((self.current, valid_size));
+        let mut building = self.building.take().expect("segment being built");
+        assert_eq!(building.size, valid_size);
+        building.written_size = valid_size;
+        building.index_written = building.index.len();
+        log.segments.push_back(building);
+        self.fixups(log, io);
+    }
+
+    fn segment_done(&mut self, log: &mut PartitionLog, io: &mut impl Io, size: u64) {
+        let mut building = self.building.take().expect("segment being built");
+        assert_eq!(building.size, size);
+        building.written_size = size;
+        building.index_written = building.index.len();
+        building.sealed = self.current + 1 < self.logs.len();
+        log.segments.push_back(building);
+        self.current += 1;
+        self.examine(log, io);
+    }
+
+    /// Cuts, deletes, rewrites indexes and syncs; then the superblock.
+    fn fixups(&mut self, log: &mut PartitionLog, io: &mut impl Io) {
+        let mut outstanding = 0;
+        let namespace = log.namespace;
+        if let Some((at, valid_size)) = self.cut {
+            let (start, size) = self.logs[at];
+            let segment = log.segments.back_mut().expect("the cut segment");
+            assert_eq!(segment.start_offset, start);
+            segment.sealed = false;
+            self.report.truncated_from = Some(segment.end_offset);
+            self.report.truncated_bytes = size - valid_size;
+            self.report.segments_dropped = self.logs.len() - at - 1;
+            // Below the frontier every byte was synced and verified once: losing it is damage, not
+            // a torn tail, and the messages must come back from a peer.
+            self.report.corrupt = segment.end_offset < log.frontier;
+            let log_file = segment.log_file(namespace);
+            let token = log.token(Op::Ordering);
+            io.truncate(log_file, valid_size, token);
+            log.ordering_ops += 1;
+            for &(later, _) in &self.logs[at + 1..] {
+                for kind in [FileKind::Segment(later), FileKind::Index(later)] {
+                    let token = log.token(Op::Ordering);
+                    io.remove(log.file(kind), token);
+                    log.ordering_ops += 1;
+                }
+            }
+            self.rebuilt[at] = true;
+            self.logs.truncate(at + 1);
+        }
+        if log.segments.is_empty() {
+            log.segments.push_back(Segment::new(log.frontier.max(log.retained_from)));
+        }
+        let active = log.segments.back_mut().expect("active segment");
+        if active.size >= log.config.segment_size {
+            active.sealed = true;
+            let next = Segment::new(active.end_offset);
+            log.segments.push_back(next);
+        }
+        // Rewrite every rebuilt index whole, and create the files of a new active segment.
+        let mut rewrites = Vec::new();
+        for (at, segment) in log.segments.iter().enumerate() {
+            if !self.rebuilt.get(at).copied().unwrap_or(true) {
+                continue;
+            }
+            let mut index = Vec::with_capacity(segment.index.len() * INDEX_ENTRY_SIZE);
+            segment.index.iter().for_each(|entry| entry.encode_into(&mut index));
+            let new_file = at >= self.logs.len();
+            rewrites.push((segment.index_file(namespace), index, new_file.then(|| segment.log_file(namespace))));
+        }
+        for (index_file, index, new_log) in rewrites {
+            let len = index.len() as u64;
+            let token = log.token(Op::Create);
+            io.write(index_file, 0, index, token);
+            log.creates_in_flight += 1;
+            let token = log.token(Op::Ordering);
+            io.truncate(index_file, len, token);
+            log.ordering_ops += 1;
+            if let Some(log_file) = new_log {
+                let token = log.token(Op::Create);
+                io.write(log_file, 0, Vec::new(), token);
+                log.creates_in_flight += 1;
+            }
+        }
+        // Sync every file recovery may have touched or that holds unsynced bytes from before the
+        // crash: a torn tail's truncation, rewritten indexes, new files.
+        for segment in log.segments.iter() {
+            log.dirty.insert(segment.log_file(namespace));
+            log.dirty.insert(segment.index_file(namespace));
+        }
+        let files = std::mem::take(&mut log.dirty);
+        for file in files {
+            let token = log.token(Op::Recovery);
+            io.sync(file, token);
+            outstanding += 1;
+        }
+        self.stage = Stage::Fixups { outstanding };
+    }
+
+    fn write_superblock(&mut self, log: &mut PartitionLog) {
+        let active_start = log.segments.back().expect("active segment").start_offset;
+        log.frontier = active_start;
+        log.superblock_wanted = true;
+        self.stage = Stage::Superblock;
+    }
+
+    /// The superblock is durable: the partition is open.
+    pub(super) fn finish(mut self, log: &mut PartitionLog) {
+        let end = log.end_offset();
+        log.written_offset = end;
+        log.synced_offset = end;
+        log.sync_target = end;
+        log.last_timestamp = log.segments.iter().map(|segment| segment.last_timestamp).max().unwrap_or(0);
+        self.report.segments = log.segments.len();
+        self.report.first_offset = log.first_offset();
+        self.report.end_offset = end;
+        log.status = Status::Open;
+        log.events.push_back(PartitionEvent::Opened(self.report));
+    }
+}
