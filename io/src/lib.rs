@@ -12,6 +12,9 @@
 
 use std::fmt;
 
+#[cfg(all(feature = "glommio", target_os = "linux"))]
+pub mod glommio;
+
 /// Virtual or real time in nanoseconds since the driver started. Monotonic.
 pub type Instant = u64;
 

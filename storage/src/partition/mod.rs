@@ -67,6 +67,9 @@ pub struct PartitionConfig {
     pub read_bytes_max: u64,
     /// Bytes one recovery read scans at a time.
     pub scan_chunk_bytes: u64,
+    /// Unit writes in flight at once (each at its own position; they complete in any order and
+    /// count as written in order).
+    pub writes_max: usize,
 }
 
 impl Default for PartitionConfig {
@@ -83,6 +86,7 @@ impl Default for PartitionConfig {
             reads_max: 256,
             read_bytes_max: 8 << 20,
             scan_chunk_bytes: 4 << 20,
+            writes_max: 8,
         }
     }
 }
@@ -145,22 +149,25 @@ pub enum Status {
 struct Unit {
     segment_start: u64,
     position: u64,
-    bytes: Vec<u8>,
+    /// The unit's batches, each in the buffer it arrived in: written as they are, one write per
+    /// batch submitted together (a vectored write without gathering the bytes into one buffer).
+    batches: Vec<Vec<u8>>,
+    len: u64,
     base_offset: u64,
     end_offset: u64,
     messages: u64,
 }
 
-/// The unit whose write is in flight (its bytes went to `Io`).
+/// A unit whose write is in flight (its bytes went to `Io`).
 #[derive(Debug)]
 struct Writing {
+    unit: u64,
     segment_start: u64,
     position: u64,
     len: u64,
     base_offset: u64,
     end_offset: u64,
-    index_entries_end: usize,
-    outstanding: u8,
+    outstanding: u32,
     error: Option<IoError>,
 }
 
@@ -175,8 +182,10 @@ struct Syncing {
 
 #[derive(Debug)]
 enum Op {
-    LogWrite,
-    IndexWrite,
+    /// The `.log` or `.index` write of a unit.
+    UnitWrite {
+        unit: u64,
+    },
     Sync,
     Read {
         id: u64,
@@ -200,7 +209,9 @@ pub struct PartitionLog {
     segments: VecDeque<Segment>,
     appending: Option<Unit>,
     queued: VecDeque<Unit>,
-    writing: Option<Writing>,
+    /// Unit writes in flight, in log order.
+    writing: VecDeque<Writing>,
+    unit_next: u64,
     unwritten_bytes: u64,
     /// Offsets below this are in completed writes.
     written_offset: u64,
@@ -248,7 +259,8 @@ impl PartitionLog {
             segments: VecDeque::new(),
             appending: None,
             queued: VecDeque::new(),
-            writing: None,
+            writing: VecDeque::new(),
+            unit_next: 0,
             unwritten_bytes: 0,
             written_offset: 0,
             synced_offset: 0,
@@ -295,6 +307,11 @@ impl PartitionLog {
     /// The offset the next appended message gets.
     pub fn end_offset(&self) -> u64 {
         self.segments.back().map_or(0, |segment| segment.end_offset)
+    }
+
+    /// Offsets below this are in completed writes (in the page cache, not yet durable).
+    pub fn written_offset(&self) -> u64 {
+        self.written_offset
     }
 
     pub fn synced_offset(&self) -> u64 {
@@ -375,21 +392,19 @@ impl PartitionLog {
         let unit = self.appending.get_or_insert_with(|| Unit {
             segment_start,
             position,
-            bytes: Vec::new(),
+            batches: Vec::new(),
+            len: 0,
             base_offset: header.base_offset,
             end_offset: header.base_offset,
             messages: 0,
         });
-        assert_eq!(unit.position + unit.bytes.len() as u64, position);
-        if unit.bytes.is_empty() {
-            unit.bytes = bytes;
-        } else {
-            unit.bytes.extend_from_slice(&bytes);
-        }
+        assert_eq!(unit.position + unit.len, position);
+        unit.len += bytes.len() as u64;
+        unit.batches.push(bytes);
         unit.end_offset = header.end_offset();
         unit.messages += header.message_count as u64;
         self.unwritten_bytes += header.batch_length;
-        let full = unit.messages >= self.config.flush_messages || unit.bytes.len() as u64 >= self.config.flush_bytes;
+        let full = unit.messages >= self.config.flush_messages || unit.len >= self.config.flush_bytes;
         if crossed {
             self.seal_active();
         } else if full {
@@ -433,13 +448,17 @@ impl PartitionLog {
         if let Status::Failed(_) = self.status {
             return;
         }
-        if self.sync_target > self.synced_offset {
+        // The thresholds bound what may wait in memory; an idle device is not kept waiting for
+        // them. So a unit goes out at once when no write is in flight, and while writes are in
+        // flight it grows: the next write (and the next sync, the group commit) covers every
+        // batch that arrived meanwhile.
+        if self.writing.is_empty() && self.queued.is_empty() {
             self.flush_unit();
         }
-        if self.writing.is_none() && self.ordering_ops == 0 {
-            if let Some(unit) = self.queued.pop_front() {
-                self.write_unit(io, unit);
-            }
+        let failed = self.writing.iter().any(|writing| writing.error.is_some());
+        while !failed && self.ordering_ops == 0 && self.writing.len() < self.config.writes_max {
+            let Some(unit) = self.queued.pop_front() else { break };
+            self.write_unit(io, unit);
         }
         let sync_due = self.sync_target > self.synced_offset && self.written_offset > self.synced_offset;
         if self.syncing.is_none() && (sync_due || !self.frontier_pending.is_empty()) && !self.dirty.is_empty() {
@@ -453,8 +472,7 @@ impl PartitionLog {
     fn write_unit(&mut self, io: &mut impl Io, unit: Unit) {
         let namespace = self.namespace;
         let segment = self.segment_mut(unit.segment_start);
-        let entries_end =
-            segment.index.partition_point(|entry| entry.position < unit.position + unit.bytes.len() as u64);
+        let entries_end = segment.index.partition_point(|entry| entry.position < unit.position + unit.len);
         let mut index_bytes = Vec::new();
         for entry in &segment.index[segment.index_written..entries_end] {
             entry.encode_into(&mut index_bytes);
@@ -462,24 +480,33 @@ impl PartitionLog {
         let index_at = segment.index_written as u64 * segment::INDEX_ENTRY_SIZE as u64;
         segment.index_written = entries_end;
         let (log_file, index_file) = (segment.log_file(namespace), segment.index_file(namespace));
+        let id = self.unit_next;
+        self.unit_next += 1;
         let mut writing = Writing {
+            unit: id,
             segment_start: unit.segment_start,
             position: unit.position,
-            len: unit.bytes.len() as u64,
+            len: unit.len,
             base_offset: unit.base_offset,
             end_offset: unit.end_offset,
-            index_entries_end: entries_end,
             outstanding: 1,
             error: None,
         };
-        let token = self.token(Op::LogWrite);
-        io.write(log_file, unit.position, unit.bytes, token);
+        writing.outstanding = 0;
+        let mut position = unit.position;
+        for batch in unit.batches {
+            let len = batch.len() as u64;
+            let token = self.token(Op::UnitWrite { unit: id });
+            io.write(log_file, position, batch, token);
+            writing.outstanding += 1;
+            position += len;
+        }
         if !index_bytes.is_empty() {
             writing.outstanding += 1;
-            let token = self.token(Op::IndexWrite);
+            let token = self.token(Op::UnitWrite { unit: id });
             io.write(index_file, index_at, index_bytes, token);
         }
-        self.writing = Some(writing);
+        self.writing.push_back(writing);
     }
 
     fn issue_sync(&mut self, io: &mut impl Io) {
@@ -531,12 +558,12 @@ impl PartitionLog {
                     self.recovery = Some(recovery);
                 }
             }
-            Op::LogWrite | Op::IndexWrite => {
+            Op::UnitWrite { unit } => {
                 let result = match completion {
                     Completion::Write { result, .. } => result,
                     other => panic!("write op completed as {other:?}"),
                 };
-                self.on_write(io, result);
+                self.on_write(io, unit, result);
             }
             Op::Sync => {
                 let result = match completion {
@@ -583,20 +610,29 @@ impl PartitionLog {
         }
     }
 
-    fn on_write(&mut self, io: &mut impl Io, result: Result<(), IoError>) {
-        let writing = self.writing.as_mut().expect("write in flight");
+    fn on_write(&mut self, io: &mut impl Io, unit: u64, result: Result<(), IoError>) {
+        let writing = self.writing.iter_mut().find(|writing| writing.unit == unit).expect("unit write in flight");
         writing.outstanding -= 1;
         if let Err(error) = result {
             writing.error.get_or_insert(error);
         }
-        if writing.outstanding > 0 {
-            return;
+        // Writes complete in any order; they count as written in log order.
+        while self.writing.front().is_some_and(|front| front.outstanding == 0) {
+            if let Some(error) = self.writing.front().and_then(|front| front.error) {
+                // Cut only once nothing else is in flight: a later write would land past the cut.
+                if self.writing.iter().all(|writing| writing.outstanding == 0) {
+                    let failed = self.writing.pop_front().expect("front");
+                    self.writing.clear();
+                    self.reject_from(io, &failed, error);
+                }
+                return;
+            }
+            let writing = self.writing.pop_front().expect("front");
+            self.written(io, writing);
         }
-        let writing = self.writing.take().expect("write in flight");
-        if let Some(error) = writing.error {
-            self.reject_from(io, &writing, error);
-            return;
-        }
+    }
+
+    fn written(&mut self, io: &mut impl Io, writing: Writing) {
         let namespace = self.namespace;
         let segment = self.segment_mut(writing.segment_start);
         assert_eq!(segment.written_size, writing.position, "units are written in order");
@@ -633,8 +669,9 @@ impl PartitionLog {
         segment.size = writing.position;
         segment.written_size = writing.position;
         segment.end_offset = from_offset;
+        // Every entry left was handed to the write of an earlier unit, which completed.
         segment.index.retain(|entry: &IndexEntry| entry.position < writing.position);
-        segment.index_written = segment.index_written.min(segment.index.len()).min(writing.index_entries_end);
+        segment.index_written = segment.index.len();
         let (log_file, index_file) = (segment.log_file(namespace), segment.index_file(namespace));
         let index_len = segment.index_written as u64 * segment::INDEX_ENTRY_SIZE as u64;
         let token = self.token(Op::Ordering);

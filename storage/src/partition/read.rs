@@ -135,7 +135,7 @@ impl PartitionLog {
             self.reads.insert(request.id, ReadInFlight { request, segment_start, position });
             return;
         }
-        let writing = self.writing.as_ref().is_some_and(|writing| {
+        let writing = self.writing.iter().any(|writing| {
             writing.segment_start == segment_start
                 && (writing.position..writing.position + writing.len).contains(&position)
         });
@@ -146,14 +146,21 @@ impl PartitionLog {
         // Not handed to a write yet: serve it from the units in memory.
         let mut bytes = Vec::new();
         let units = self.queued.iter().chain(self.appending.iter()).filter(|unit| unit.segment_start == segment_start);
-        for unit in units {
-            let unit_end = unit.position + unit.bytes.len() as u64;
-            if unit_end <= position || (bytes.len() as u64) >= bound - position {
+        let batches = units.flat_map(|unit| {
+            unit.batches.iter().scan(unit.position, |at, batch| {
+                let start = *at;
+                *at += batch.len() as u64;
+                Some((start, batch))
+            })
+        });
+        for (batch_at, batch) in batches {
+            let batch_end = batch_at + batch.len() as u64;
+            if batch_end <= position || (bytes.len() as u64) >= bound - position {
                 continue;
             }
-            let from = position.max(unit.position) - unit.position;
-            let to = (unit.bytes.len() as u64).min(from + (bound - position) - bytes.len() as u64);
-            bytes.extend_from_slice(&unit.bytes[from as usize..to as usize]);
+            let from = position.max(batch_at) - batch_at;
+            let to = (batch.len() as u64).min(from + (bound - position) - bytes.len() as u64);
+            bytes.extend_from_slice(&batch[from as usize..to as usize]);
         }
         assert!(
             !bytes.is_empty(),
@@ -161,7 +168,7 @@ impl PartitionLog {
             segment.written_size,
             segment.size,
             self.writing,
-            self.queued.iter().chain(self.appending.iter()).map(|unit| (unit.segment_start, unit.position, unit.bytes.len())).collect::<Vec<_>>()
+            self.queued.iter().chain(self.appending.iter()).map(|unit| (unit.segment_start, unit.position, unit.len)).collect::<Vec<_>>()
         );
         self.collect(io, request, segment_start, position, bytes);
     }

@@ -84,7 +84,17 @@ pub(super) struct Recovery {
     report: RecoveryReport,
     /// Where the log was cut: (segment index, valid size of that segment).
     cut: Option<(usize, u64)>,
+    /// The cut only removed a sync's zero padding after the last batch: nothing is reported.
+    padding_cut: bool,
 }
+
+/// Zero bytes, shorter than one I/O block: what a direct-I/O sync pads a partial block with.
+fn padding_only(rest: &[u8]) -> bool {
+    !rest.is_empty() && rest.len() < PADDING_BLOCK && rest.iter().all(|&byte| byte == 0)
+}
+
+/// The block size of the production driver's direct-I/O segment writes.
+const PADDING_BLOCK: usize = 4096;
 
 impl Recovery {
     pub(super) fn start(log: &mut PartitionLog, io: &mut impl Io) -> Recovery {
@@ -101,6 +111,7 @@ impl Recovery {
             rebuilt: Vec::new(),
             report: RecoveryReport::default(),
             cut: None,
+            padding_cut: false,
         }
     }
 
@@ -181,12 +192,12 @@ impl Recovery {
             }
             Stage::Tail { entries } => {
                 let Completion::Read { result, .. } = completion else { panic!("tail read as {completion:?}") };
-                let (start, size) = self.logs[self.current];
+                let (start, _) = self.logs[self.current];
                 let last = *entries.last().expect("entries");
                 let next_start = self.logs.get(self.current + 1).map(|(next, _)| *next);
                 let tail_ok = result.ok().and_then(|bytes| {
                     let scan = segment::scan(&bytes, Some(last.offset));
-                    let ends_whole = scan.stop == ScanStop::End && scan.valid_len as u64 == size - last.position;
+                    let whole = scan.stop == ScanStop::End || padding_only(&bytes[scan.valid_len..]);
                     let end = scan.batches.last().map(|(_, header)| header.end_offset());
                     let timestamp_max = scan
                         .batches
@@ -195,15 +206,16 @@ impl Recovery {
                             segment::batch_timestamp_max(&bytes[at..at + header.batch_length as usize])
                         })
                         .max();
-                    (ends_whole && end.is_some() && end == next_start)
-                        .then(|| (end.unwrap(), timestamp_max.unwrap_or(0)))
+                    let logical_size = last.position + scan.valid_len as u64;
+                    (whole && end.is_some() && end == next_start)
+                        .then(|| (end.unwrap(), timestamp_max.unwrap_or(0), logical_size))
                 });
                 match tail_ok {
-                    Some((end_offset, timestamp_max)) => {
+                    Some((end_offset, timestamp_max, logical_size)) => {
                         let mut trusted = Segment::new(start);
                         trusted.end_offset = end_offset;
-                        trusted.size = size;
-                        trusted.written_size = size;
+                        trusted.size = logical_size;
+                        trusted.written_size = logical_size;
                         trusted.first_timestamp = entries[0].timestamp;
                         trusted.last_timestamp = timestamp_max.max(last.timestamp);
                         trusted.index_written = entries.len();
@@ -211,7 +223,7 @@ impl Recovery {
                         trusted.sealed = true;
                         self.report.segments_trusted += 1;
                         self.building = Some(trusted);
-                        self.segment_done(log, io, size);
+                        self.segment_done(log, io, logical_size);
                     }
                     None => {
                         self.report.indexes_rebuilt += 1;
@@ -237,6 +249,14 @@ impl Recovery {
                     building.record_batch(&header, timestamp_max, log.config.index_interval_bytes);
                 }
                 let scanned_to = position + scan.valid_len as u64;
+                let read_to_end = position + bytes.len() as u64 == size;
+                if scan.stop != ScanStop::End && read_to_end && padding_only(&bytes[scan.valid_len..]) {
+                    // The zeros a direct-I/O sync pads the last block with: the log ends here,
+                    // whole. Cut them so appends continue at the logical end.
+                    self.padding_cut = true;
+                    self.cut_at(log, io, scanned_to, size);
+                    return false;
+                }
                 match scan.stop {
                     ScanStop::End if scanned_to == size => self.segment_done(log, io, size),
                     ScanStop::End => self.scan_from(log, io, scanned_to),
@@ -392,9 +412,11 @@ impl Recovery {
             let segment = log.segments.back_mut().expect("the cut segment");
             assert_eq!(segment.start_offset, start);
             segment.sealed = false;
-            self.report.truncated_from = Some(segment.end_offset);
-            self.report.truncated_bytes = size - valid_size;
             self.report.segments_dropped = self.logs.len() - at - 1;
+            if !self.padding_cut || self.report.segments_dropped > 0 {
+                self.report.truncated_from = Some(segment.end_offset);
+                self.report.truncated_bytes = size - valid_size;
+            }
             // Below the frontier every byte was synced and verified once: losing it is damage, not
             // a torn tail, and the messages must come back from a peer.
             self.report.corrupt = segment.end_offset < log.frontier;
