@@ -11,6 +11,9 @@ pub enum Bug {
     CommitWithoutQuorum,
     /// The client table forgets a request's number, so a retried request is applied again.
     ApplyRetryTwice,
+    /// Partition logs report batches durable once written, before any sync (handed to the
+    /// simulator's partition logs, not to the replica).
+    PartitionDurableBeforeSync,
 }
 
 #[derive(Clone, Debug)]

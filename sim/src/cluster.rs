@@ -21,6 +21,7 @@ use crate::checker::Checker;
 use crate::client::{new_client_id, Observation, SimClient};
 use crate::disk::{SimDisk, Zone};
 use crate::network::Network;
+use crate::partition_mirror::PartitionMirror;
 use crate::register_log::RegisterLog;
 use crate::rng::SimRng;
 use crate::scenario::{FaultRates, Scenario};
@@ -103,6 +104,13 @@ impl EventQueue {
 
 struct Node {
     replica: Option<Replica<RegisterLog>>,
+    /// The node's partition log of applied entries (see `partition_mirror`).
+    mirror: Option<PartitionMirror>,
+    /// The offset below which the mirror said every message is durable: the harness's memory,
+    /// which a crash does not erase.
+    mirror_durable: u64,
+    /// Mirrors opened on this node so far: each one's token owner.
+    mirror_generation: u16,
     disk: SimDisk,
     incarnation: u64,
     restart_at_tick: Option<u64>,
@@ -188,6 +196,24 @@ impl Io for SimIo<'_> {
     }
 }
 
+/// The `Io` one node's state machines run on: built from disjoint fields of the cluster, so the
+/// node, its disk and the shared queue can all be borrowed at once.
+macro_rules! sim_io {
+    ($cluster:ident, $node:ident, $index:expr) => {
+        SimIo {
+            now: $cluster.now,
+            replica: $index,
+            incarnation: $node.incarnation,
+            disk: &mut $node.disk,
+            rng: &mut $cluster.rng,
+            network: &$cluster.network,
+            rates: &$cluster.scenario.faults,
+            queue: &mut $cluster.queue,
+            disk_faults: $cluster.faults,
+        }
+    };
+}
+
 pub struct Cluster {
     pub scenario: Scenario,
     rng: SimRng,
@@ -209,6 +235,8 @@ pub struct Cluster {
     trace_hash: u64,
     pub events_processed: u64,
     max_down: usize,
+    /// The longest register log any replica applied: what every mirror must be a prefix of.
+    committed_entries: Vec<(u128, u64)>,
 }
 
 impl Cluster {
@@ -236,6 +264,9 @@ impl Cluster {
                 });
                 Node {
                     replica: None,
+                    mirror: None,
+                    mirror_durable: 0,
+                    mirror_generation: 0,
                     disk: SimDisk::new(layout, fault_zone),
                     incarnation: 0,
                     restart_at_tick: None,
@@ -267,6 +298,7 @@ impl Cluster {
             trace_hash: 0,
             events_processed: 0,
             max_down,
+            committed_entries: Vec::new(),
         };
         cluster.network.faults_enabled = faults;
         for replica in 0..n {
@@ -331,19 +363,63 @@ impl Cluster {
     ) -> Result<(), String> {
         let node = &mut self.nodes[index as usize];
         let Some(replica) = node.replica.as_mut() else { return Ok(()) };
-        let mut io = SimIo {
-            now: self.now,
-            replica: index,
-            incarnation: node.incarnation,
-            disk: &mut node.disk,
-            rng: &mut self.rng,
-            network: &self.network,
-            rates: &self.scenario.faults,
-            queue: &mut self.queue,
-            disk_faults: self.faults,
-        };
+        let mut io = sim_io!(self, node, index);
         action(replica, &mut io);
-        self.drain_events(index)
+        self.drain_events(index)?;
+        self.feed_mirror(index);
+        Ok(())
+    }
+
+    /// Brings the committed entries up to this replica's state and appends what its mirror lacks.
+    fn feed_mirror(&mut self, index: u8) {
+        let node = &mut self.nodes[index as usize];
+        let (Some(replica), Some(mirror)) = (node.replica.as_ref(), node.mirror.as_mut()) else { return };
+        let applied = replica.state_machine().entries();
+        if applied.len() > self.committed_entries.len() {
+            self.committed_entries.extend_from_slice(&applied[self.committed_entries.len()..]);
+        }
+        if applied.len() as u64 <= mirror.end_offset() {
+            return;
+        }
+        let mut io = sim_io!(self, node, index);
+        mirror.feed(&mut io, applied, self.now / 1000);
+    }
+
+    fn mirror_completion(&mut self, index: u8, completion: Completion) -> Result<(), String> {
+        let node = &mut self.nodes[index as usize];
+        let damaged = node.disk.partition_faults > 0;
+        let Some(mirror) = node.mirror.as_mut() else { return Ok(()) };
+        if vireo_storage::partition::token_owner(completion.token()) != Some(mirror.owner()) {
+            // For a log this node reopened since: it is gone.
+            return Ok(());
+        }
+        let mut io = sim_io!(self, node, index);
+        let news = mirror
+            .on_completion(&mut io, completion, &self.committed_entries, node.mirror_durable, damaged)
+            .map_err(|violation| format!("r{index}: {violation}"))?;
+        if let Some(durable) = news.durable {
+            node.mirror_durable = node.mirror_durable.max(durable);
+        }
+        if let Some(end) = news.reopened_end {
+            // Recovery synced what it kept; below a damaged cut the node appends again.
+            node.mirror_durable = end;
+            self.log(|| format!("r{index} partition log recovered to offset {end}"));
+        }
+        if news.failed {
+            self.log(|| format!("r{index} partition log failed: reopening"));
+            self.open_mirror(index);
+        }
+        self.feed_mirror(index);
+        Ok(())
+    }
+
+    fn open_mirror(&mut self, index: u8) {
+        let node = &mut self.nodes[index as usize];
+        let mut io = sim_io!(self, node, index);
+        node.mirror_generation = node.mirror_generation.wrapping_add(1);
+        let bug = (self.configs[index as usize].bug == Some(Bug::PartitionDurableBeforeSync))
+            .then_some(vireo_storage::partition::PartitionBug::DurableBeforeSync);
+        node.mirror = Some(PartitionMirror::open(&mut io, node.mirror_generation, bug));
     }
 
     fn drain_events(&mut self, index: u8) -> Result<(), String> {
@@ -390,18 +466,9 @@ impl Cluster {
         let config = self.configs[index as usize].clone();
         let node = &mut self.nodes[index as usize];
         node.restart_at_tick = None;
-        let mut io = SimIo {
-            now: self.now,
-            replica: index,
-            incarnation: node.incarnation,
-            disk: &mut node.disk,
-            rng: &mut self.rng,
-            network: &self.network,
-            rates: &self.scenario.faults,
-            queue: &mut self.queue,
-            disk_faults: self.faults,
-        };
+        let mut io = sim_io!(self, node, index);
         node.replica = Some(Replica::open(config, index, &mut io));
+        self.open_mirror(index);
     }
 
     /// Power loss on one replica: its process state is gone, its disk keeps what was synced. It
@@ -421,6 +488,7 @@ impl Cluster {
             return;
         }
         node.replica = None;
+        node.mirror = None;
         node.incarnation += 1;
         node.crashes += 1;
         node.disk.crash(&mut self.rng, tear_all);
@@ -516,7 +584,11 @@ impl Cluster {
                         Completion::Sync { token, result: Ok(()) }
                     }
                 };
-                self.with_replica(replica, |replica, io| replica.on_completion(io, completion))?;
+                if vireo_storage::partition::token_owner(token).is_some() {
+                    self.mirror_completion(replica, completion)?;
+                } else {
+                    self.with_replica(replica, |replica, io| replica.on_completion(io, completion))?;
+                }
                 self.maybe_crash(replica);
             }
         }

@@ -71,6 +71,8 @@ pub struct SimDisk {
     pub fault_zone: Option<Zone>,
     latent: BTreeSet<(FileId, u64)>,
     pub faults_injected: u64,
+    /// Of those, the ones that hit partition files (which only a repair from peers can undo).
+    pub partition_faults: u64,
 }
 
 impl SimDisk {
@@ -83,6 +85,7 @@ impl SimDisk {
             fault_zone,
             latent: BTreeSet::new(),
             faults_injected: 0,
+            partition_faults: 0,
         }
     }
 
@@ -104,6 +107,13 @@ impl SimDisk {
         }
     }
 
+    fn count_fault(&mut self, zone: Option<Zone>) {
+        self.faults_injected += 1;
+        if zone == Some(Zone::Partition) {
+            self.partition_faults += 1;
+        }
+    }
+
     /// Faults that change what lands on the platter: not for superblocks (read corruption only).
     fn write_faulty(&self, file: FileId, offset: u64) -> bool {
         self.faulty(file, offset) && self.zone(file, offset) != Some(Zone::Superblock)
@@ -122,7 +132,7 @@ impl SimDisk {
         let (_, file, mut offset, mut bytes) = self.in_flight.remove(index);
         let zone = self.zone(file, offset);
         if zone == Some(Zone::Partition) && self.write_faulty(file, offset) && rng.chance(rates.latent_sector_ppm) {
-            // The device is full for this write: nothing of it lands.
+            // The device is full for this write: nothing of it lands (and nothing is damaged).
             self.faults_injected += 1;
             return Err(IoError::NoSpace);
         }
@@ -130,7 +140,7 @@ impl SimDisk {
             if rng.chance(rates.write_corruption_ppm) && !bytes.is_empty() {
                 let bit = rng.below(bytes.len() as u64 * 8);
                 bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
-                self.faults_injected += 1;
+                self.count_fault(zone);
             } else if rng.chance(rates.misdirected_write_ppm) {
                 offset = match zone {
                     Some(Zone::WalHeaders) => self.layout.header_offset(rng.below(self.layout.slot_count)),
@@ -144,7 +154,7 @@ impl SimDisk {
                         }
                     }
                 };
-                self.faults_injected += 1;
+                self.count_fault(zone);
             }
         }
         let first = offset / SECTOR_SIZE;
@@ -155,7 +165,7 @@ impl SimDisk {
         }
         if self.write_faulty(file, offset) && rng.chance(rates.latent_sector_ppm) {
             self.latent.insert((file, first));
-            self.faults_injected += 1;
+            self.count_fault(zone);
         }
         self.files.entry(file).or_default().unsynced.push((offset, bytes));
         Ok(())
@@ -191,7 +201,7 @@ impl SimDisk {
         if self.faulty(file, offset) && len > 0 && rng.chance(rates.read_corruption_ppm) {
             let bit = rng.below(len as u64 * 8);
             bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
-            self.faults_injected += 1;
+            self.count_fault(self.zone(file, offset));
         }
         Ok(bytes)
     }
@@ -268,7 +278,7 @@ impl SimDisk {
             if writes.is_empty() {
                 continue;
             }
-            for (offset, bytes) in writes {
+            for (offset, bytes) in writes.into_iter().filter(|(_, bytes)| !bytes.is_empty()) {
                 // Torn: a strict prefix, in TEAR_UNIT pieces, made it to the platter.
                 let fate = if tear_all { 2 } else { rng.below(3) };
                 match fate {

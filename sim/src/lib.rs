@@ -13,6 +13,7 @@ pub mod disk;
 pub mod local;
 pub mod network;
 pub mod partition_harness;
+pub mod partition_mirror;
 pub mod register_log;
 pub mod rng;
 pub mod run;

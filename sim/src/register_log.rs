@@ -24,6 +24,11 @@ impl RegisterLog {
         self.entries.is_empty()
     }
 
+    /// The (client, value) entries, in order.
+    pub fn entries(&self) -> &[(u128, u64)] {
+        &self.entries
+    }
+
     /// The reply an append produces: `[index u64][digest u64]`.
     pub fn reply(index: u64, digest: u64) -> Vec<u8> {
         let mut reply = Vec::with_capacity(16);

@@ -22,7 +22,8 @@ fn a_backup_that_acknowledges_before_writing_loses_acknowledged_writes() {
     // acknowledgements and may have two down at once, so the primary and that backup can both be
     // gone when the view changes: an acknowledged request disappears or the history diverges.
     let overrides = Overrides { replicas: Some(4), faults: Some(FaultLevel::Heavy), ..Default::default() };
-    let (seed, code, message) = first_failure(Bug::AckBeforeDurable, &overrides, 600).expect("caught within 600 seeds");
+    let (seed, code, message) =
+        first_failure(Bug::AckBeforeDurable, &overrides, 1500).expect("caught within 1500 seeds");
     assert!(code == 129 || code == 127, "seed {seed}: exit {code}: {message}");
     eprintln!("ack-before-durable caught at seed {seed}: {message}");
 }
@@ -56,4 +57,16 @@ fn the_liveness_checker_fires_when_the_cluster_cannot_converge() {
     scenario.liveness_ticks_max = 1;
     let outcome = Cluster::new(scenario, rng, None).run();
     assert!(matches!(outcome, Outcome::Liveness(_)), "{outcome:?}");
+}
+
+#[test]
+fn a_partition_log_that_reports_durable_before_syncing_loses_durable_messages() {
+    // Crashes drop what was written but never synced; the partition log had already said it was
+    // durable, so the reopen comes back short and the mirror checker fires.
+    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Default), ..Default::default() };
+    let (seed, code, message) =
+        first_failure(Bug::PartitionDurableBeforeSync, &overrides, 200).expect("caught within 200 seeds");
+    assert_eq!(code, 129, "seed {seed}: {message}");
+    assert!(message.contains("lost durable messages"), "seed {seed}: {message}");
+    eprintln!("partition-durable-before-sync caught at seed {seed}: {message}");
 }

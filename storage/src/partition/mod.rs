@@ -70,6 +70,14 @@ pub struct PartitionConfig {
     /// Unit writes in flight at once (each at its own position; they complete in any order and
     /// count as written in order).
     pub writes_max: usize,
+    /// A deliberate bug, for tests that prove the simulator's checkers catch it.
+    pub bug: Option<PartitionBug>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionBug {
+    /// Reports a batch durable as soon as its write completes, without a sync.
+    DurableBeforeSync,
 }
 
 impl Default for PartitionConfig {
@@ -87,6 +95,7 @@ impl Default for PartitionConfig {
             read_bytes_max: 8 << 20,
             scan_chunk_bytes: 4 << 20,
             writes_max: 8,
+            bug: None,
         }
     }
 }
@@ -580,6 +589,12 @@ impl PartitionLog {
                         let token = self.token(Op::SuperblockSync);
                         io.sync(self.file(Self::superblock_file(sequence)), token);
                     }
+                    // The write went to the copy that does not hold the durable superblock, so a
+                    // full disk damaged nothing: try again.
+                    Completion::Write { result: Err(IoError::NoSpace), .. } => {
+                        self.superblock_writing = None;
+                        self.superblock_wanted = true;
+                    }
                     Completion::Write { result: Err(error), .. } => self.fail(error),
                     other => panic!("superblock write completed as {other:?}"),
                 }
@@ -643,6 +658,10 @@ impl PartitionLog {
         assert_eq!(self.written_offset, writing.base_offset);
         self.written_offset = writing.end_offset;
         self.frontier_pending.extend(sealed_end);
+        if self.config.bug == Some(PartitionBug::DurableBeforeSync) && self.written_offset > self.synced_offset {
+            self.synced_offset = self.written_offset;
+            self.events.push_back(PartitionEvent::Durable { offset: self.synced_offset });
+        }
         // Dirty from the moment the write completed: a sync issued before that did not cover it.
         self.dirty.insert(log_file);
         self.dirty.insert(index_file);
