@@ -59,13 +59,18 @@ fn glommio_error<T>(error: glommio::GlommioError<T>) -> IoError {
 }
 
 struct FileCache {
-    open: HashMap<FileId, (Handle, u64)>,
+    /// Open handles by file and access: a segment has a direct handle for its appends and may
+    /// have a buffered one for reads.
+    open: HashMap<(FileId, Access), (Handle, u64)>,
+    /// The logical length of direct files closed here: on disk they may end in zero padding, and
+    /// reopened for appends they must continue where the bytes end, not where the padding does.
+    closed_direct_ends: HashMap<FileId, u64>,
     clock: u64,
     max: usize,
 }
 
 impl FileCache {
-    fn get(&mut self, file: FileId) -> Option<Handle> {
+    fn get(&mut self, file: (FileId, Access)) -> Option<Handle> {
         self.clock += 1;
         let clock = self.clock;
         self.open.get_mut(&file).map(|(handle, used)| {
@@ -74,34 +79,63 @@ impl FileCache {
         })
     }
 
-    fn insert(&mut self, file: FileId, handle: Handle) -> Handle {
+    fn insert(&mut self, file: (FileId, Access), handle: Handle) -> Handle {
         if let Some(existing) = self.get(file) {
             return existing;
-        }
-        while self.open.len() >= self.max {
-            // Direct files hold their unwritten tail block: never close one while it has bytes
-            // the device has not seen (its sync writes them).
-            let oldest = self
-                .open
-                .iter()
-                .filter(|(_, (handle, _))| match handle {
-                    Handle::Direct(direct) => {
-                        let state = direct.state.borrow();
-                        state.tail.is_empty() && state.in_flight.is_empty()
-                    }
-                    Handle::Buffered(_) => true,
-                })
-                .min_by_key(|(_, (_, used))| *used)
-                .map(|(file, _)| *file);
-            let Some(oldest) = oldest else { break };
-            // Dropping the last handle closes the descriptor on the next I/O cycle; a task still
-            // using it keeps its own handle until it finishes.
-            self.open.remove(&oldest);
         }
         self.clock += 1;
         self.open.insert(file, (handle.clone(), self.clock));
         handle
     }
+
+    /// Closes the least recently used files while more than `max` are open. A direct file whose
+    /// tail block only the driver holds cannot close yet: those are returned, to have their tail
+    /// written first (they close on a later pass).
+    fn evict(&mut self) -> Vec<Rc<DirectFile>> {
+        let mut unpadded = Vec::new();
+        if self.open.len() <= self.max {
+            return unpadded;
+        }
+        let mut by_age: Vec<((FileId, Access), u64)> = self.open.iter().map(|(key, (_, used))| (*key, *used)).collect();
+        by_age.sort_by_key(|(_, used)| *used);
+        let mut excess = self.open.len() - self.max;
+        for (key, _) in by_age {
+            if excess == 0 {
+                break;
+            }
+            let closable = match &self.open[&key].0 {
+                Handle::Buffered(_) => true,
+                Handle::Direct(direct) => {
+                    let state = direct.state.borrow();
+                    let closable = state.in_flight.is_empty() && (state.tail.is_empty() || state.tail_on_disk);
+                    if !closable && !state.pad_requested {
+                        unpadded.push(direct.clone());
+                    }
+                    closable
+                }
+            };
+            if closable {
+                if let Handle::Direct(direct) = &self.open[&key].0 {
+                    self.closed_direct_ends.insert(key.0, direct.state.borrow().logical_end);
+                }
+                // Dropping the last handle closes the descriptor on the next I/O cycle; a task
+                // still using it keeps its own handle until it finishes.
+                self.open.remove(&key);
+                excess -= 1;
+            }
+        }
+        unpadded
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Access {
+    /// O_DIRECT: segment appends, syncs and truncates.
+    Direct,
+    /// Through the page cache: every other file, and reads of segments (O_DIRECT reads of small
+    /// unaligned ranges fail on some devices here with EOPNOTSUPP, and the page cache serves
+    /// repeated reads of a segment's hot tail).
+    Buffered,
 }
 
 /// The I/O block of direct files: offsets, lengths and buffers of O_DIRECT writes are multiples.
@@ -111,6 +145,7 @@ const COALESCE_BYTES_MAX: usize = 8 << 20;
 
 /// A segment file opened with O_DIRECT, and what the driver holds of it in memory.
 struct DirectFile {
+    id: FileId,
     file: glommio::io::DmaFile,
     state: RefCell<DirectState>,
 }
@@ -122,6 +157,10 @@ struct DirectState {
     tail: Vec<u8>,
     /// Block writes in flight, for reads to see until the device has them.
     in_flight: Vec<(u64, Rc<glommio::io::DmaBuffer>)>,
+    /// The tail is in the file too (a padded block write completed since it last changed).
+    tail_on_disk: bool,
+    /// A padded write of the tail is queued so that the file can close.
+    pad_requested: bool,
 }
 
 #[derive(Clone)]
@@ -148,8 +187,19 @@ impl Shared {
         self.root.join(file.path())
     }
 
-    async fn open(&self, file: FileId, create: bool) -> Result<Handle, IoError> {
-        if let Some(handle) = self.files.borrow_mut().get(file) {
+    /// The handle appends, syncs and truncates use: direct for segments, buffered otherwise.
+    async fn open(self: &Rc<Self>, file: FileId, create: bool) -> Result<Handle, IoError> {
+        let access = if matches!(file.kind, FileKind::Segment(_)) { Access::Direct } else { Access::Buffered };
+        self.open_as(file, access, create).await
+    }
+
+    /// The handle reads use: always buffered.
+    async fn open_for_read(self: &Rc<Self>, file: FileId) -> Result<Handle, IoError> {
+        self.open_as(file, Access::Buffered, false).await
+    }
+
+    async fn open_as(self: &Rc<Self>, file: FileId, access: Access, create: bool) -> Result<Handle, IoError> {
+        if let Some(handle) = self.files.borrow_mut().get((file, access)) {
             return Ok(handle);
         }
         let path = self.path(file);
@@ -164,21 +214,40 @@ impl Shared {
         }
         let mut options = OpenOptions::new();
         options.read(true).write(true).create(create);
-        let handle = if matches!(file.kind, FileKind::Segment(_)) {
-            let dma = options.dma_open(&path).await.map_err(glommio_error)?;
-            let logical_end = dma.file_size().await.map_err(glommio_error)?;
-            let tail_start = logical_end / BLOCK * BLOCK;
-            let tail = if tail_start < logical_end {
-                dma.read_at(tail_start, (logical_end - tail_start) as usize).await.map_err(glommio_error)?.to_vec()
-            } else {
-                Vec::new()
-            };
-            let state = DirectState { logical_end, tail, in_flight: Vec::new() };
-            Handle::Direct(Rc::new(DirectFile { file: dma, state: RefCell::new(state) }))
-        } else {
-            Handle::Buffered(Rc::new(options.buffered_open(&path).await.map_err(glommio_error)?))
+        let handle = match access {
+            Access::Direct => {
+                let dma = options.dma_open(&path).await.map_err(glommio_error)?;
+                let closed_end = self.files.borrow_mut().closed_direct_ends.remove(&file);
+                let logical_end = match closed_end {
+                    Some(end) => end,
+                    None => dma.file_size().await.map_err(glommio_error)?,
+                };
+                let tail_start = logical_end / BLOCK * BLOCK;
+                let tail = read_tail(&path, tail_start, logical_end)?;
+                let state =
+                    DirectState { logical_end, tail, in_flight: Vec::new(), tail_on_disk: true, pad_requested: false };
+                Handle::Direct(Rc::new(DirectFile { id: file, file: dma, state: RefCell::new(state) }))
+            }
+            Access::Buffered => Handle::Buffered(Rc::new(options.buffered_open(&path).await.map_err(glommio_error)?)),
         };
-        Ok(self.files.borrow_mut().insert(file, handle))
+        let handle = self.files.borrow_mut().insert((file, access), handle);
+        let unpadded = self.files.borrow_mut().evict();
+        for direct in unpadded {
+            direct.state.borrow_mut().pad_requested = true;
+            self.enqueue_direct(direct.id, DirectOp::PadTail(direct.clone()));
+        }
+        Ok(handle)
+    }
+
+    /// Queues an operation on a direct file, starting its sequencer if none runs.
+    fn enqueue_direct(self: &Rc<Self>, file: FileId, op: DirectOp) {
+        let mut queues = self.direct_queues.borrow_mut();
+        let start = !queues.contains_key(&file);
+        queues.entry(file).or_default().push_back(op);
+        drop(queues);
+        if start {
+            glommio::spawn_local(run_direct_queue(self.clone(), file)).detach();
+        }
     }
 
     /// After a file's first sync: sync its directory entry, and the entries of the directories
@@ -211,9 +280,20 @@ fn sync_directory(path: &Path) -> Result<(), IoError> {
 }
 
 enum DirectOp {
-    Write { offset: u64, bytes: Vec<u8>, token: Token },
-    Sync { token: Token },
-    Truncate { len: u64, token: Token },
+    Write {
+        offset: u64,
+        bytes: Vec<u8>,
+        token: Token,
+    },
+    Sync {
+        token: Token,
+    },
+    Truncate {
+        len: u64,
+        token: Token,
+    },
+    /// The driver's own: write the tail block padded, so the file can be closed.
+    PadTail(Rc<DirectFile>),
 }
 
 impl DirectFile {
@@ -253,6 +333,7 @@ impl DirectFile {
         let kept = state.tail.len();
         let full = (kept + len) / BLOCK as usize * BLOCK as usize;
         state.logical_end += len as u64;
+        state.tail_on_disk = false;
         if full == 0 {
             parts.iter().for_each(|part| state.tail.extend_from_slice(part));
             return Ok(None);
@@ -285,45 +366,61 @@ impl DirectFile {
         }))
     }
 
-    /// A sync: the partial tail block, padded with zeros, then fdatasync.
-    fn sync(self: &Rc<Self>) -> impl std::future::Future<Output = Result<(), IoError>> {
-        let mut state = self.state.borrow_mut();
-        let padded = if state.tail.is_empty() {
-            None
-        } else {
+    /// Writes the partial tail block, padded with zeros, if the file does not hold it yet.
+    async fn pad_tail(self: &Rc<Self>) -> Result<(), IoError> {
+        let padded = {
+            let mut state = self.state.borrow_mut();
+            state.pad_requested = false;
+            if state.tail.is_empty() || state.tail_on_disk {
+                return Ok(());
+            }
             let block = state.logical_end - state.tail.len() as u64;
             let mut buffer = self.file.alloc_dma_buffer(BLOCK as usize);
             buffer.as_bytes_mut().fill(0);
             buffer.as_bytes_mut()[..state.tail.len()].copy_from_slice(&state.tail);
             let buffer = Rc::new(buffer);
             state.in_flight.push((block, buffer.clone()));
-            Some((block, buffer))
+            (block, buffer)
         };
-        let direct = self.clone();
-        async move {
-            let mut result = Ok(());
-            if let Some((block, buffer)) = padded {
-                result = direct.file.write_rc_at(buffer.clone(), block).await.map(|_| ()).map_err(glommio_error);
-                direct.state.borrow_mut().in_flight.retain(|(_, held)| !Rc::ptr_eq(held, &buffer));
-            }
-            result?;
-            direct.file.fdatasync().await.map_err(glommio_error)
-        }
+        let (block, buffer) = padded;
+        let result = self.file.write_rc_at(buffer.clone(), block).await.map(|_| ()).map_err(glommio_error);
+        let mut state = self.state.borrow_mut();
+        state.in_flight.retain(|(_, held)| !Rc::ptr_eq(held, &buffer));
+        // Ops on one file run one at a time, so the tail cannot have changed meanwhile.
+        state.tail_on_disk = result.is_ok();
+        result
+    }
+
+    /// A sync: the partial tail block, padded with zeros, then fdatasync.
+    async fn sync(self: &Rc<Self>) -> Result<(), IoError> {
+        self.pad_tail().await?;
+        self.file.fdatasync().await.map_err(glommio_error)
     }
 
     async fn truncate(&self, len: u64) -> Result<(), IoError> {
         self.file.truncate(len).await.map_err(glommio_error)?;
-        let tail_start = len / BLOCK * BLOCK;
-        let tail = if tail_start < len {
-            self.file.read_at(tail_start, (len - tail_start) as usize).await.map_err(glommio_error)?.to_vec()
-        } else {
-            Vec::new()
-        };
+        let path = self.file.path().map(|path| path.to_path_buf()).ok_or(IoError::Device)?;
+        let tail = read_tail(&path, len / BLOCK * BLOCK, len)?;
         let mut state = self.state.borrow_mut();
         state.logical_end = len;
         state.tail = tail;
+        state.tail_on_disk = true;
         Ok(())
     }
+}
+
+/// The bytes [tail_start, logical_end) of a direct file: appends need them before they can write
+/// that block again. Read through the page cache (kept coherent with O_DIRECT writes by the
+/// kernel): O_DIRECT reads fail on these machines' devices with EOPNOTSUPP. At most one block,
+/// once per open or truncate.
+fn read_tail(path: &Path, tail_start: u64, logical_end: u64) -> Result<Vec<u8>, IoError> {
+    use std::os::unix::fs::FileExt;
+    let mut tail = vec![0; (logical_end - tail_start) as usize];
+    if !tail.is_empty() {
+        let file = std::fs::File::open(path).map_err(|error| io_error(&error))?;
+        file.read_exact_at(&mut tail, tail_start).map_err(|error| io_error(&error))?;
+    }
+    Ok(tail)
 }
 
 /// Applies a direct file's queued operations in order: one sequencer per file at a time.
@@ -334,6 +431,11 @@ async fn run_direct_queue(shared: Rc<Shared>, file: FileId) {
             shared.direct_queues.borrow_mut().remove(&file);
             return;
         };
+        if let DirectOp::PadTail(direct) = op {
+            // A failed pad leaves the tail in memory: the file stays open and a sync retries.
+            let _ = direct.pad_tail().await;
+            continue;
+        }
         let create = matches!(op, DirectOp::Write { .. });
         let handle = match shared.open(file, create).await {
             Ok(Handle::Direct(direct)) => Ok(direct),
@@ -391,6 +493,7 @@ async fn run_direct_queue(shared: Rc<Shared>, file: FileId) {
                 };
                 shared.complete(Completion::Truncate { token, result });
             }
+            DirectOp::PadTail(_) => unreachable!("handled above"),
         }
     }
 }
@@ -410,7 +513,12 @@ impl GlommioIo {
         Ok(GlommioIo {
             shared: Rc::new(Shared {
                 root: config.data_dir.clone(),
-                files: RefCell::new(FileCache { open: HashMap::new(), clock: 0, max: config.open_files_max.max(1) }),
+                files: RefCell::new(FileCache {
+                    open: HashMap::new(),
+                    closed_direct_ends: HashMap::new(),
+                    clock: 0,
+                    max: config.open_files_max.max(1),
+                }),
                 unsynced_entries: RefCell::new(HashSet::new()),
                 direct_queues: RefCell::new(HashMap::new()),
                 completions: RefCell::new(VecDeque::new()),
@@ -464,13 +572,7 @@ impl GlommioIo {
 
     fn direct(&mut self, file: FileId, op: DirectOp) {
         self.in_flight.set(self.in_flight.get() + 1);
-        let mut queues = self.shared.direct_queues.borrow_mut();
-        let start = !queues.contains_key(&file);
-        queues.entry(file).or_default().push_back(op);
-        drop(queues);
-        if start {
-            glommio::spawn_local(run_direct_queue(self.shared.clone(), file)).detach();
-        }
+        self.shared.enqueue_direct(file, op);
     }
 
     fn spawn(&mut self, task: impl std::future::Future<Output = Completion> + 'static) {
@@ -509,27 +611,24 @@ impl Io for GlommioIo {
         let shared = self.shared.clone();
         self.spawn(async move {
             let result = async {
-                let handle = match shared.open(file, false).await {
-                    Ok(handle) => handle,
+                let handle = match shared.open_for_read(file).await {
+                    Ok(Handle::Buffered(handle)) => handle,
+                    Ok(Handle::Direct(_)) => unreachable!("reads are buffered"),
                     Err(IoError::NotFound) => return Ok(vec![0; len]),
                     Err(error) => return Err(error),
                 };
                 let mut bytes = Vec::with_capacity(len);
                 while bytes.len() < len {
-                    let at = offset + bytes.len() as u64;
-                    let want = len - bytes.len();
-                    let chunk = match &handle {
-                        Handle::Buffered(buffered) => buffered.read_at(at, want).await,
-                        Handle::Direct(direct) => direct.file.read_at(at, want).await,
-                    }
-                    .map_err(glommio_error)?;
+                    let chunk =
+                        handle.read_at(offset + bytes.len() as u64, len - bytes.len()).await.map_err(glommio_error)?;
                     if chunk.is_empty() {
                         break;
                     }
                     bytes.extend_from_slice(&chunk);
                 }
                 bytes.resize(len, 0);
-                if let Handle::Direct(direct) = &handle {
+                // What a direct file's appends hold that the device may not have yet.
+                if let Some(Handle::Direct(direct)) = shared.files.borrow_mut().get((file, Access::Direct)) {
                     direct.overlay(offset, &mut bytes);
                 }
                 Ok(bytes)
@@ -595,7 +694,8 @@ impl Io for GlommioIo {
 
     fn remove(&mut self, file: FileId, token: Token) {
         let shared = self.shared.clone();
-        shared.files.borrow_mut().open.remove(&file);
+        shared.files.borrow_mut().open.retain(|(open, _), _| *open != file);
+        shared.files.borrow_mut().closed_direct_ends.remove(&file);
         shared.unsynced_entries.borrow_mut().remove(&file);
         self.spawn(async move {
             let result = match glommio::io::remove(shared.path(file)).await.map_err(glommio_error) {

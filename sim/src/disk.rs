@@ -73,6 +73,9 @@ pub struct SimDisk {
     pub faults_injected: u64,
     /// Of those, the ones that hit partition files (which only a repair from peers can undo).
     pub partition_faults: u64,
+    /// Bytes the disk holds at most (all files together); a write that would grow past it
+    /// fails with `NoSpace` and lands nothing. `None`: unbounded.
+    pub capacity: Option<u64>,
 }
 
 impl SimDisk {
@@ -86,6 +89,7 @@ impl SimDisk {
             latent: BTreeSet::new(),
             faults_injected: 0,
             partition_faults: 0,
+            capacity: None,
         }
     }
 
@@ -131,6 +135,14 @@ impl SimDisk {
         let index = self.in_flight.iter().position(|(write, ..)| *write == id).expect("write in flight");
         let (_, file, mut offset, mut bytes) = self.in_flight.remove(index);
         let zone = self.zone(file, offset);
+        if let Some(capacity) = self.capacity {
+            let current = self.files.get(&file).map_or(0, SimFile::len);
+            let growth = (offset + bytes.len() as u64).saturating_sub(current);
+            let used: u64 = self.files.values().map(SimFile::len).sum();
+            if used + growth > capacity {
+                return Err(IoError::NoSpace);
+            }
+        }
         if zone == Some(Zone::Partition) && self.write_faulty(file, offset) && rng.chance(rates.latent_sector_ppm) {
             // The device is full for this write: nothing of it lands (and nothing is damaged).
             self.faults_injected += 1;
@@ -237,6 +249,13 @@ impl SimDisk {
             self.latent.remove(&sector);
         }
         Ok(())
+    }
+
+    /// Flips one bit of what is on stable storage (a test's targeted damage).
+    pub fn flip_durable_bit(&mut self, file: FileId, offset: u64) {
+        let target = self.files.get_mut(&file).expect("file exists");
+        target.durable[offset as usize] ^= 1;
+        self.partition_faults += 1;
     }
 
     /// Removal is durable at once (directory operations are not the subject of these faults).

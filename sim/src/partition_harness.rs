@@ -14,7 +14,7 @@ use vireo_storage::partition::{
 
 use crate::local::LocalWorld;
 
-pub const NAMESPACE: Namespace = Namespace(1 << 32);
+pub const NAMESPACE: Namespace = Namespace(0);
 const OWNER: u16 = 7;
 
 /// The payload of message `id`: derived from the id so any mix-up shows.

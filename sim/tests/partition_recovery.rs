@@ -1,0 +1,222 @@
+//! A partition's files through its life on the simulated disk: the data-directory listing at each
+//! step, damage found on read or at open, a missing or bad index rebuilt, a full disk.
+
+use vireo_io::{FileId, FileKind};
+use vireo_sim::local::{no_faults, LocalWorld};
+use vireo_sim::partition_harness::{PartitionHarness, NAMESPACE};
+use vireo_storage::offsets::{Consumer, ConsumerOffsets, OffsetsEvent};
+use vireo_storage::partition::{PartitionConfig, PartitionEvent, ReadError, ReadStart};
+
+fn config() -> PartitionConfig {
+    PartitionConfig { segment_size: 8192, index_interval_bytes: 1024, ..PartitionConfig::default() }
+}
+
+/// `path size` per file, sorted by path as `ls -R` would show them.
+fn listing(harness: &PartitionHarness) -> String {
+    let mut lines: Vec<String> =
+        harness.world.disk.listing().into_iter().map(|(file, size)| format!("{} {size}", file.path())).collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+fn sync_and_settle(harness: &mut PartitionHarness) {
+    harness.log.sync(&mut harness.world);
+    harness.settle();
+    assert_eq!(harness.durable, harness.log.end_offset());
+}
+
+#[test]
+fn data_directory_through_a_partition_lifecycle() {
+    let mut harness = PartitionHarness::new(LocalWorld::new(1, no_faults(), false), config());
+    harness.settle();
+    let fresh = listing(&harness);
+    for _ in 0..12 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    let sealed = listing(&harness);
+    let mut offsets = ConsumerOffsets::load(&mut harness.world, NAMESPACE, 9, 16);
+    while let Some(completion) = harness.world.step() {
+        offsets.on_completion(&mut harness.world, completion);
+    }
+    offsets.store(&mut harness.world, Consumer::Consumer(1), 42).unwrap();
+    offsets.store(&mut harness.world, Consumer::Group(2), 17).unwrap();
+    while let Some(completion) = harness.world.step() {
+        offsets.on_completion(&mut harness.world, completion);
+    }
+    let report = harness.crash_and_reopen();
+    assert_eq!(report.truncated_from, None);
+    harness.check_all();
+    let restarted = listing(&harness);
+    assert!(harness.log.purge(&mut harness.world));
+    harness.settle();
+    let purged = listing(&harness);
+    assert_eq!(harness.log.first_offset(), 120);
+    assert_eq!(harness.log.end_offset(), 120);
+    let report = harness.crash_and_reopen();
+    assert_eq!((report.first_offset, report.end_offset, report.segments), (120, 120, 1));
+    insta::assert_snapshot!(format!(
+        "fresh:\n{fresh}\n\nsealed (12 batches of 10 x 100 B, 8 KiB segments):\n{sealed}\n\n\
+         restarted (with two consumer offsets):\n{restarted}\n\npurged:\n{purged}"
+    ));
+}
+
+/// A partition with several sealed, synced segments and an active one.
+fn sealed_partition(seed: u64) -> PartitionHarness {
+    let mut harness = PartitionHarness::new(LocalWorld::new(seed, no_faults(), false), config());
+    for _ in 0..20 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    assert!(harness.log.segment_count() >= 3);
+    harness
+}
+
+/// The (start, end) offsets of the second segment.
+fn second_segment(harness: &PartitionHarness) -> (u64, u64) {
+    let (start, end, ..) = harness.log.segments().nth(1).unwrap();
+    (start, end)
+}
+
+#[test]
+fn a_damaged_batch_below_the_frontier_is_reported_and_never_served() {
+    let mut harness = sealed_partition(2);
+    let (start, end) = second_segment(&harness);
+    // Damage a payload byte well inside the segment: a batch past the first.
+    let file = FileId::new(NAMESPACE, FileKind::Segment(start));
+    harness.world.disk.flip_durable_bit(file, 2000);
+    harness.crash_and_reopen();
+    // Below the frontier the index is trusted: the damage shows on the read that reaches it.
+    let damaged = (start..end)
+        .find(|&offset| matches!(harness.read(ReadStart::Offset(offset), 1, 1 << 20), Err(ReadError::Corrupt { .. })))
+        .expect("the damaged batch is reported");
+    match harness.read(ReadStart::Offset(damaged), 100, 1 << 20) {
+        Err(ReadError::Corrupt { offset }) => assert!(offset <= damaged + 10),
+        other => panic!("served a damaged batch: {other:?}"),
+    }
+    // Everything before it is served, checked against what was appended.
+    let read = harness.read(ReadStart::Offset(0), (damaged - 1) as u32, 1 << 20).unwrap();
+    harness.check_batches(&read);
+}
+
+#[test]
+fn damage_in_the_active_segment_cuts_the_log_there_and_says_so() {
+    let mut harness = PartitionHarness::new(LocalWorld::new(3, no_faults(), false), config());
+    for _ in 0..4 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    assert_eq!(harness.log.segment_count(), 1);
+    harness.world.disk.flip_durable_bit(FileId::new(NAMESPACE, FileKind::Segment(0)), 2500);
+    harness.world.crash();
+    let mut reopened = vireo_storage::partition::PartitionLog::open(&mut harness.world, config(), NAMESPACE, 8);
+    let report = loop {
+        let completion = harness.world.step().expect("recovery in progress");
+        reopened.on_completion(&mut harness.world, completion);
+        if let Some(PartitionEvent::Opened(report)) = reopened.poll_event() {
+            break report;
+        }
+    };
+    // Batches are 1756 bytes (256 + 10 x (48 + 100 + 2)): byte 2500 is in the second, offsets
+    // 10..20; it and everything after it are cut.
+    assert_eq!(report.truncated_from, Some(10), "{report:?}");
+    assert_eq!(report.end_offset, 10);
+    assert_eq!(report.truncated_bytes, 3 * 1756);
+}
+
+#[test]
+fn a_missing_or_bad_index_is_rebuilt_from_the_log() {
+    let mut harness = sealed_partition(4);
+    let (start, _) = second_segment(&harness);
+    let index = FileId::new(NAMESPACE, FileKind::Index(start));
+    harness.world.disk.flip_durable_bit(index, 30);
+    let first_index = FileId::new(NAMESPACE, FileKind::Index(0));
+    harness.world.disk.remove(first_index);
+    let report = harness.crash_and_reopen();
+    assert_eq!(report.indexes_rebuilt, 2, "{report:?}");
+    assert_eq!(report.truncated_from, None);
+    harness.check_all();
+    assert!(harness.world.disk.listing().iter().any(|(file, size)| *file == first_index && *size > 0));
+}
+
+#[test]
+fn a_full_disk_rejects_appends_keeps_every_durable_byte_and_serves_reads() {
+    let mut harness = PartitionHarness::new(LocalWorld::new(5, no_faults(), false), config());
+    for _ in 0..5 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    let durable = harness.durable;
+    let used: u64 = harness.world.disk.listing().iter().map(|(_, size)| size).sum();
+    harness.world.disk.capacity = Some(used + 3000);
+    // Appends go on until a write finds the disk full: those messages are rejected, not lost
+    // silently, and the log continues from the first of them.
+    for _ in 0..10 {
+        harness.append(10, 100);
+        harness.log.sync(&mut harness.world);
+        harness.settle();
+    }
+    assert!(harness.log.end_offset() < 150, "some appends must have been rejected");
+    assert!(harness.durable >= durable);
+    harness.check_all();
+    // Reads keep working on a full disk.
+    let read = harness.read(ReadStart::Offset(0), 1000, 1 << 20).unwrap();
+    assert!(!harness.check_batches(&read).is_empty());
+    // Space comes back: appends succeed again, and a crash loses nothing durable.
+    harness.world.disk.capacity = None;
+    harness.append(10, 100);
+    sync_and_settle(&mut harness);
+    let report = harness.crash_and_reopen();
+    assert_eq!(report.truncated_from, None, "{report:?}");
+    harness.check_all();
+}
+
+#[test]
+fn consumer_offsets_survive_crashes_at_any_point() {
+    for seed in 0..200 {
+        let mut world = LocalWorld::new(seed, no_faults(), false);
+        let mut acked: Option<u64> = None;
+        let mut since_ack: Vec<u64> = Vec::new();
+        for round in 0..6u64 {
+            let mut offsets = ConsumerOffsets::load(&mut world, NAMESPACE, 1, 4);
+            let mut steps = 0;
+            while !offsets.is_loaded() {
+                let completion = world.step().expect("loading");
+                offsets.on_completion(&mut world, completion);
+                steps += 1;
+                assert!(steps < 100);
+            }
+            let loaded = offsets.get(Consumer::Group(3));
+            match acked {
+                Some(_) => assert!(
+                    loaded.is_some_and(|value| acked == Some(value) || since_ack.contains(&value)),
+                    "seed {seed} round {round}: loaded {loaded:?}, acked {acked:?}, since {since_ack:?}"
+                ),
+                None => assert!(loaded.is_none_or(|value| since_ack.contains(&value))),
+            }
+            if let Some(value) = loaded {
+                acked = Some(value);
+                since_ack.clear();
+            }
+            // Store a few offsets, then crash after a random number of completions.
+            for store in 0..3 {
+                let value = round * 100 + store;
+                offsets.store(&mut world, Consumer::Group(3), value).unwrap();
+                since_ack.push(value);
+            }
+            let cut = world.rng.below(8);
+            for _ in 0..cut {
+                let Some(completion) = world.step() else { break };
+                offsets.on_completion(&mut world, completion);
+                while let Some(event) = offsets.poll_event() {
+                    if let OffsetsEvent::Stored { offset, .. } = event {
+                        acked = Some(offset);
+                        let at = since_ack.iter().position(|value| *value == offset).unwrap();
+                        since_ack.drain(..=at);
+                    }
+                }
+            }
+            world.crash();
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! The glommio driver on a real directory: thousands of segments through a small bound on open
+//! files, recovery over them, and the shards' bounded channel mesh.
+
+use std::path::PathBuf;
+
+use vireo_io::glommio::{run_on_cpu, run_shards, yield_to_io, CpuAllocation, DriverConfig, GlommioIo};
+use vireo_io::Namespace;
+use vireo_storage::batch::{self, BatchBuilder};
+use vireo_storage::partition::{PartitionConfig, PartitionEvent, PartitionLog, ReadRequest, ReadStart};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vireo-driver-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+async fn until_event(
+    io: &mut GlommioIo,
+    log: &mut PartitionLog,
+    wanted: impl Fn(&PartitionEvent) -> bool,
+) -> PartitionEvent {
+    loop {
+        while let Some(event) = log.poll_event() {
+            if wanted(&event) {
+                return event;
+            }
+        }
+        let Some(completion) = io.next_completion().await else {
+            panic!(
+                "nothing in flight: end {} written {} synced {} idle {}",
+                log.end_offset(),
+                log.written_offset(),
+                log.synced_offset(),
+                log.is_idle()
+            );
+        };
+        log.on_completion(io, completion);
+    }
+}
+
+const OPEN_FILES_MAX: usize = 16;
+const SEGMENTS: u64 = 2000;
+
+#[test]
+fn thousands_of_segments_with_a_bounded_number_of_open_files() {
+    let dir = scratch("segments");
+    let config = PartitionConfig { segment_size: 1024, ..PartitionConfig::default() };
+    let driver = DriverConfig { open_files_max: OPEN_FILES_MAX, ..DriverConfig::new(&dir) };
+    let namespace = Namespace::partition(0, 0, 0);
+    let peak = run_on_cpu(0, "driver-test", move || async move {
+        let mut peak = 0;
+        for round in 0..2 {
+            let mut io = GlommioIo::new(&driver).unwrap();
+            let mut log = PartitionLog::open(&mut io, config.clone(), namespace, 0);
+            let PartitionEvent::Opened(report) =
+                until_event(&mut io, &mut log, |event| matches!(event, PartitionEvent::Opened(_))).await
+            else {
+                unreachable!()
+            };
+            if round == 0 {
+                // One batch of about 1 KiB per segment.
+                for at in 0..SEGMENTS {
+                    let bytes = BatchBuilder::new().message(at as u128, &[at as u8; 900], b"").finish(0);
+                    while log.append(&mut io, bytes.clone(), at).is_err() {
+                        let completion = io.next_completion().await.unwrap();
+                        log.on_completion(&mut io, completion);
+                    }
+                    peak = peak.max(io.open_files());
+                    yield_to_io().await;
+                    while let Some(completion) = io.try_completion() {
+                        log.on_completion(&mut io, completion);
+                    }
+                }
+                log.sync(&mut io);
+                let end = log.end_offset();
+                until_event(
+                    &mut io,
+                    &mut log,
+                    |event| matches!(event, PartitionEvent::Durable { offset } if *offset == end),
+                )
+                .await;
+            } else {
+                assert_eq!(report.end_offset, SEGMENTS, "{report:?}");
+                assert!(report.segments_trusted as u64 >= SEGMENTS - 2, "{report:?}");
+            }
+            // Read every message back, one read per segment.
+            for at in 0..SEGMENTS {
+                let request = ReadRequest { id: at, start: ReadStart::Offset(at), count: 1, bytes_max: 4096 };
+                log.read(&mut io, request).unwrap();
+                let PartitionEvent::Read { result, .. } =
+                    until_event(&mut io, &mut log, |event| matches!(event, PartitionEvent::Read { .. })).await
+                else {
+                    unreachable!()
+                };
+                let read = result.unwrap();
+                let messages = batch::messages(&read.bytes).unwrap();
+                assert_eq!(messages[0].offset, at);
+                assert_eq!(messages[0].id, at as u128);
+                peak = peak.max(io.open_files());
+            }
+            while let Some(completion) = io.next_completion().await {
+                log.on_completion(&mut io, completion);
+            }
+        }
+        peak
+    })
+    .unwrap();
+    assert!(peak <= OPEN_FILES_MAX, "{peak} files open at once");
+    let segments = std::fs::read_dir(dir.join("streams/0/topics/0/partitions/0"))
+        .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().path().extension().is_some_and(|ext| ext == "log"))
+        .count();
+    assert!(segments as u64 >= SEGMENTS, "{segments} segment files");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn shards_exchange_messages_over_bounded_channels() {
+    let cpus = CpuAllocation::Count(2).cpus();
+    let cpus = if cpus.len() == 2 { cpus } else { vec![cpus[0], cpus[0]] };
+    let received = run_shards::<u64, Vec<u64>, _, _>(&cpus, 4, |mut context| async move {
+        let peer = 1 - context.shard;
+        if context.shard == 0 {
+            // Fill the channel: the fifth message does not fit until the peer receives.
+            for value in 0..4 {
+                context.senders.try_send_to(peer, value).unwrap();
+            }
+            assert!(context.senders.try_send_to(peer, 4).is_err(), "a full channel refuses");
+            for value in 4..100 {
+                context.senders.send_to(peer, value).await.unwrap();
+            }
+            Vec::new()
+        } else {
+            let mut values = Vec::new();
+            let streams = context.receivers.streams();
+            let (_, stream) = streams.into_iter().find(|(from, _)| *from == peer).unwrap();
+            while values.len() < 100 {
+                values.push(stream.recv().await.unwrap());
+            }
+            values
+        }
+    })
+    .unwrap();
+    assert_eq!(received[1], (0..100).collect::<Vec<u64>>());
+}
