@@ -180,6 +180,12 @@ struct Shared {
     /// shard's loop waits on the permits.
     completions: RefCell<VecDeque<Completion>>,
     ready: Semaphore,
+    /// What the connections brought in, in order; `any` wakes a loop waiting for either kind.
+    net_events: RefCell<VecDeque<NetEvent>>,
+    any: Semaphore,
+    /// Each open client connection's bounded queue of frames to send.
+    connections: RefCell<HashMap<u128, glommio::channels::local_channel::LocalSender<Vec<u8>>>>,
+    connection_next: Cell<u64>,
 }
 
 impl Shared {
@@ -270,6 +276,12 @@ impl Shared {
     fn complete(&self, completion: Completion) {
         self.completions.borrow_mut().push_back(completion);
         self.ready.signal(1);
+        self.any.signal(1);
+    }
+
+    fn net_event(&self, event: NetEvent) {
+        self.net_events.borrow_mut().push_back(event);
+        self.any.signal(1);
     }
 }
 
@@ -523,6 +535,10 @@ impl GlommioIo {
                 direct_queues: RefCell::new(HashMap::new()),
                 completions: RefCell::new(VecDeque::new()),
                 ready: Semaphore::new(0),
+                net_events: RefCell::new(VecDeque::new()),
+                any: Semaphore::new(0),
+                connections: RefCell::new(HashMap::new()),
+                connection_next: Cell::new(0),
             }),
             in_flight: Rc::new(Cell::new(0)),
             started: std::time::Instant::now(),
@@ -565,9 +581,50 @@ impl GlommioIo {
         Some(completion)
     }
 
-    /// Messages the state machine sent since the last call (the transport carries them).
+    /// Messages the state machine sent to other replicas since the last call (the replica plane's
+    /// transport carries them). Messages to clients go straight to their connections.
     pub fn take_outbox(&mut self) -> Vec<(Peer, Vec<u8>)> {
         std::mem::take(&mut self.outbox)
+    }
+
+    /// Accepts client connections on `address` (port 0: any free port); returns the address bound.
+    /// Each connection becomes a `Peer::Client` whose frames arrive as `NetEvent`s.
+    pub fn listen(&mut self, address: std::net::SocketAddr) -> io::Result<std::net::SocketAddr> {
+        let listener = glommio::net::TcpListener::bind(address).map_err(io::Error::from)?;
+        let bound = listener.local_addr().map_err(io::Error::from)?;
+        let shared = self.shared.clone();
+        let seed = self.random();
+        glommio::spawn_local(async move {
+            while let Ok(stream) = listener.accept().await {
+                // Unguessable ids: a client cannot name another's connection.
+                let counter = shared.connection_next.get();
+                shared.connection_next.set(counter + 1);
+                let client = ((mix(seed ^ counter) as u128) << 64) | mix(seed.rotate_left(17) ^ counter) as u128;
+                glommio::spawn_local(serve_connection(shared.clone(), client, stream)).detach();
+            }
+        })
+        .detach();
+        Ok(bound)
+    }
+
+    /// The next completion or network event, waiting for one.
+    pub async fn next_event(&mut self) -> DriverEvent {
+        loop {
+            if let Some(completion) = self.try_completion() {
+                return DriverEvent::Completion(completion);
+            }
+            if let Some(event) = self.shared.net_events.borrow_mut().pop_front() {
+                return DriverEvent::Net(event);
+            }
+            // A wake-up, not a count: events taken by the `try_` calls leave permits behind, and
+            // each only costs one more look at the queues.
+            self.shared.any.acquire(1).await.expect("the semaphore is never closed");
+        }
+    }
+
+    /// Client connections open now.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.borrow().len()
     }
 
     fn direct(&mut self, file: FileId, op: DirectOp) {
@@ -604,7 +661,21 @@ impl Io for GlommioIo {
     }
 
     fn send(&mut self, to: Peer, message: Vec<u8>) {
-        self.outbox.push((to, message));
+        match to {
+            Peer::Replica(_) => self.outbox.push((to, message)),
+            Peer::Client(client) => {
+                let full = match self.shared.connections.borrow().get(&client) {
+                    Some(queue) => queue.try_send(message).is_err(),
+                    // Gone already: a reply to a closed connection is dropped, as TCP would.
+                    None => false,
+                };
+                if full {
+                    // A client that does not read its replies is cut off rather than buffered
+                    // without bound: dropping the queue ends its writer, which closes the socket.
+                    self.shared.connections.borrow_mut().remove(&client);
+                }
+            }
+        }
     }
 
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
@@ -907,4 +978,87 @@ pub fn keep_freed_memory() {
         libc::mallopt(libc::M_MMAP_THRESHOLD, KEEP);
         libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP);
     }
+}
+
+/// Every frame, both ways, is a 256-byte header whose u32 at byte 48 is the frame's whole size
+/// (`PROTOCOL.md`); frames larger than this are refused and the connection closed.
+pub const FRAME_HEADER_SIZE: usize = 256;
+const FRAME_SIZE_OFFSET: usize = 48;
+pub const FRAME_SIZE_MAX: usize = 64 << 20;
+/// Frames queued to one client at most; past it the client is disconnected.
+pub const OUTBOUND_FRAMES_MAX: usize = 1024;
+
+/// What a shard's loop gets from its driver.
+#[derive(Debug)]
+pub enum DriverEvent {
+    Completion(Completion),
+    Net(NetEvent),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum NetEvent {
+    Connected {
+        client: u128,
+        address: Option<std::net::SocketAddr>,
+    },
+    /// One whole frame (header and body).
+    Frame {
+        client: u128,
+        frame: Vec<u8>,
+    },
+    Closed {
+        client: u128,
+        reason: String,
+    },
+}
+
+fn mix(value: u64) -> u64 {
+    let mut z = value.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net::TcpStream) {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    let address = stream.peer_addr().ok();
+    let _ = stream.set_nodelay(true);
+    let (mut reader, mut writer) = futures_lite::io::split(stream);
+    let (sender, receiver) = glommio::channels::local_channel::new_bounded::<Vec<u8>>(OUTBOUND_FRAMES_MAX);
+    shared.connections.borrow_mut().insert(client, sender);
+    shared.net_event(NetEvent::Connected { client, address });
+    glommio::spawn_local(async move {
+        while let Some(frame) = receiver.recv().await {
+            if writer.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        let _ = writer.close().await;
+    })
+    .detach();
+    let reason = loop {
+        let mut header = vec![0u8; FRAME_HEADER_SIZE];
+        if let Err(error) = reader.read_exact(&mut header).await {
+            break if error.kind() == io::ErrorKind::UnexpectedEof {
+                "closed by the client".to_string()
+            } else {
+                error.to_string()
+            };
+        }
+        let size = u32::from_le_bytes(header[FRAME_SIZE_OFFSET..FRAME_SIZE_OFFSET + 4].try_into().unwrap()) as usize;
+        if !(FRAME_HEADER_SIZE..=FRAME_SIZE_MAX).contains(&size) {
+            break format!("frame size {size} outside {FRAME_HEADER_SIZE}..={FRAME_SIZE_MAX}");
+        }
+        header.resize(size, 0);
+        if let Err(error) = reader.read_exact(&mut header[FRAME_HEADER_SIZE..]).await {
+            break error.to_string();
+        }
+        if !shared.connections.borrow().contains_key(&client) {
+            break "disconnected: it did not read its replies".to_string();
+        }
+        shared.net_event(NetEvent::Frame { client, frame: header });
+    };
+    // Dropping the queue ends the writer, which closes the socket.
+    shared.connections.borrow_mut().remove(&client);
+    shared.net_event(NetEvent::Closed { client, reason });
 }

@@ -257,3 +257,34 @@ pub trait Io {
     /// Seeded randomness (jitter, nonces, peer choice). Deterministic in the simulator.
     fn random(&mut self) -> u64;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_map_to_the_data_directory_layout_and_back() {
+        let partition = Namespace::partition(3, 1, 7);
+        assert_eq!(partition.unpack(), (3, 1, 7));
+        let cases = [
+            (FileId::new(Namespace::METADATA, FileKind::Wal), "metadata/journal.wal"),
+            (FileId::new(Namespace::METADATA, FileKind::Snapshot), "metadata/snapshot.bin"),
+            (FileId::new(Namespace::METADATA, FileKind::SuperblockA), "metadata/superblock.a"),
+            (FileId::new(partition, FileKind::SuperblockB), "streams/3/topics/1/partitions/7/superblock.b"),
+            (FileId::new(partition, FileKind::Segment(42)), "streams/3/topics/1/partitions/7/00000000000000000042.log"),
+            (FileId::new(partition, FileKind::Index(42)), "streams/3/topics/1/partitions/7/00000000000000000042.index"),
+            (
+                FileId::new(partition, FileKind::ConsumerOffset(5)),
+                "streams/3/topics/1/partitions/7/offsets/consumers/5",
+            ),
+            (FileId::new(partition, FileKind::GroupOffset(6)), "streams/3/topics/1/partitions/7/offsets/groups/6"),
+        ];
+        for (file, path) in cases {
+            assert_eq!(file.path(), path);
+            assert_eq!(FileKind::parse(&file.kind.file_name()), Some(file.kind));
+        }
+        for name in ["0.log", "000000000000000000001.log", "abc.index", "offsets/consumers/x", "superblock.c", ""] {
+            assert_eq!(FileKind::parse(name), None, "{name}");
+        }
+    }
+}

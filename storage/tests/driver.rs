@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 
-use vireo_io::glommio::{run_on_cpu, run_shards, yield_to_io, CpuAllocation, DriverConfig, GlommioIo};
-use vireo_io::Namespace;
+use vireo_io::glommio::{
+    run_on_cpu, run_shards, yield_to_io, CpuAllocation, DriverConfig, DriverEvent, GlommioIo, NetEvent,
+};
+use vireo_io::{Io, Namespace, Peer};
 use vireo_storage::batch::{self, BatchBuilder};
 use vireo_storage::partition::{PartitionConfig, PartitionEvent, PartitionLog, ReadRequest, ReadStart};
 
@@ -142,4 +144,60 @@ fn shards_exchange_messages_over_bounded_channels() {
     })
     .unwrap();
     assert_eq!(received[1], (0..100).collect::<Vec<u64>>());
+}
+
+/// A frame as `PROTOCOL.md` has it: 256-byte header, total size at byte 48, then the body.
+fn frame(body: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0u8; 256];
+    frame[48..52].copy_from_slice(&((256 + body.len()) as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+#[test]
+fn client_connections_carry_whole_frames_and_malformed_ones_close_them() {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    let dir = scratch("tcp");
+    let driver = DriverConfig::new(&dir);
+    run_on_cpu(0, "tcp-test", move || async move {
+        let mut io = GlommioIo::new(&driver).unwrap();
+        let address = io.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let client = glommio::spawn_local(async move {
+            let mut stream = glommio::net::TcpStream::connect(address).await.unwrap();
+            // Two frames in one write, the second split across two.
+            let mut both = frame(b"hello");
+            both.extend(frame(&[7u8; 100_000]));
+            stream.write_all(&both[..300]).await.unwrap();
+            stream.write_all(&both[300..]).await.unwrap();
+            let mut echo = vec![0u8; 256 + 5];
+            stream.read_exact(&mut echo).await.unwrap();
+            assert_eq!(&echo[256..], b"hello");
+            // A frame claiming 10 bytes: the server closes the connection.
+            let mut bad = frame(b"");
+            bad[48..52].copy_from_slice(&10u32.to_le_bytes());
+            stream.write_all(&bad).await.unwrap();
+            let mut rest = Vec::new();
+            stream.read_to_end(&mut rest).await.unwrap();
+        });
+        let mut frames = Vec::new();
+        let reason = loop {
+            match io.next_event().await {
+                DriverEvent::Net(NetEvent::Connected { .. }) => {}
+                DriverEvent::Net(NetEvent::Frame { client, frame }) => {
+                    if frames.is_empty() {
+                        io.send(Peer::Client(client), frame.clone());
+                    }
+                    frames.push(frame);
+                }
+                DriverEvent::Net(NetEvent::Closed { reason, .. }) => break reason,
+                DriverEvent::Completion(completion) => panic!("no I/O was asked for: {completion:?}"),
+            }
+        };
+        client.await;
+        assert_eq!(frames, vec![frame(b"hello"), frame(&[7u8; 100_000])]);
+        assert!(reason.contains("frame size 10"), "{reason}");
+        assert_eq!(io.connections(), 0);
+    })
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
