@@ -20,6 +20,10 @@ cargo clippy --all-targets -- -D warnings
 step "cargo test"
 cargo test
 
+step "storage bench (a small run: it must work end to end)"
+cargo build --release -p vireo-storage --bin vireo-storage-bench
+./target/release/vireo-storage-bench --size-mib 64 --json --dir target/storage-bench
+
 step "simulator sweep"
 seeds="${VIREO_SWEEP_SEEDS:-2000}"
 cargo build --release -p vireo-sim

@@ -11,7 +11,7 @@ use vireo_storage::batch::{self, BatchBuilder};
 use vireo_storage::partition::{PartitionConfig, PartitionEvent, PartitionLog, ReadRequest, ReadStart};
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vireo-driver-{name}-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vireo-driver-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
 }

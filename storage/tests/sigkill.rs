@@ -65,7 +65,8 @@ fn verify(dir: &std::path::Path) -> BTreeMap<u32, u64> {
 
 #[test]
 fn every_synced_batch_survives_sigkill_and_the_rest_is_cut() {
-    let dir = std::env::temp_dir().join(format!("vireo-sigkill-{}", std::process::id()));
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("vireo-sigkill-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut floor: BTreeMap<u32, u64> = BTreeMap::new();
     for round in 0..3 {
