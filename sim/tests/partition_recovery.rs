@@ -220,3 +220,35 @@ fn consumer_offsets_survive_crashes_at_any_point() {
         }
     }
 }
+
+#[test]
+fn polling_strategies_start_where_a_consumer_expects() {
+    use vireo_storage::partition::PollingStrategy;
+    let mut harness = sealed_partition(6);
+    let end = harness.log.end_offset();
+    let first_offsets = |harness: &mut PartitionHarness, strategy: PollingStrategy, stored: Option<u64>| {
+        let start = strategy.start(5, harness.log.end_offset(), stored);
+        let read = harness.read(start, 5, 1 << 20).unwrap();
+        (read.start_offset, harness.check_batches(&read))
+    };
+    assert_eq!(first_offsets(&mut harness, PollingStrategy::First, None).0, 0);
+    let (start, offsets) = first_offsets(&mut harness, PollingStrategy::Last, None);
+    assert_eq!(start, end - 5);
+    assert!(offsets.contains(&(end - 1)));
+    assert_eq!(first_offsets(&mut harness, PollingStrategy::Next, None).0, 0);
+    assert_eq!(first_offsets(&mut harness, PollingStrategy::Next, Some(41)).0, 42);
+    assert_eq!(first_offsets(&mut harness, PollingStrategy::Offset(77), None).0, 77);
+    // Every batch carries its append time; a timestamp poll starts at the first batch stamped then.
+    let (start, _) = first_offsets(&mut harness, PollingStrategy::Timestamp(0), None);
+    assert_eq!(start, 0);
+    let (start, offsets) = first_offsets(&mut harness, PollingStrategy::Timestamp(u64::MAX), None);
+    assert_eq!((start, offsets.len()), (end, 0));
+    // After a purge, First starts at the new first offset.
+    harness.settle();
+    assert!(harness.log.purge(&mut harness.world));
+    harness.settle();
+    harness.append(3, 10);
+    let (start, offsets) = first_offsets(&mut harness, PollingStrategy::First, None);
+    assert_eq!(start, end);
+    assert_eq!(offsets, vec![end, end + 1, end + 2]);
+}

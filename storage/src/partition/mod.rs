@@ -28,7 +28,7 @@ use vireo_io::{Completion, FileId, FileKind, Io, IoError, Namespace, Token};
 
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::superblock::{Superblock, VsrState};
-pub use read::{ReadBatches, ReadError, ReadRequest, ReadStart};
+pub use read::{PollingStrategy, ReadBatches, ReadError, ReadRequest, ReadStart};
 pub use recovery::RecoveryReport;
 use segment::{IndexEntry, Segment};
 

@@ -21,6 +21,33 @@ pub enum ReadStart {
     Timestamp(u64),
 }
 
+/// How a consumer polls (`PROTOCOL.md`, polling strategy kinds 1 to 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollingStrategy {
+    Offset(u64),
+    Timestamp(u64),
+    /// From the first message the partition still holds.
+    First,
+    /// The last `count` messages.
+    Last,
+    /// After the consumer's stored offset (from the first message when it has none).
+    Next,
+}
+
+impl PollingStrategy {
+    /// Where a poll of `count` messages starts, given the partition's end offset and the
+    /// consumer's stored offset (the last one it processed), if any.
+    pub fn start(self, count: u32, end_offset: u64, stored: Option<u64>) -> ReadStart {
+        match self {
+            PollingStrategy::Offset(offset) => ReadStart::Offset(offset),
+            PollingStrategy::Timestamp(timestamp) => ReadStart::Timestamp(timestamp),
+            PollingStrategy::First => ReadStart::Offset(0),
+            PollingStrategy::Last => ReadStart::Offset(end_offset.saturating_sub(count as u64)),
+            PollingStrategy::Next => ReadStart::Offset(stored.map_or(0, |offset| offset + 1)),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadRequest {
     /// Chosen by the caller; handed back in the `Read` event.
