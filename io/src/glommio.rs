@@ -91,7 +91,7 @@ impl FileCache {
     /// Closes the least recently used files while more than `max` are open. A direct file whose
     /// tail block only the driver holds cannot close yet: those are returned, to have their tail
     /// written first (they close on a later pass).
-    fn evict(&mut self) -> Vec<Rc<DirectFile>> {
+    fn evict(&mut self, busy: &HashSet<FileId>) -> Vec<Rc<DirectFile>> {
         let mut unpadded = Vec::new();
         if self.open.len() <= self.max {
             return unpadded;
@@ -105,6 +105,8 @@ impl FileCache {
             }
             let closable = match &self.open[&key].0 {
                 Handle::Buffered(_) => true,
+                // A file whose sequencer is running an op stays: its state is about to change.
+                Handle::Direct(_) if busy.contains(&key.0) => false,
                 Handle::Direct(direct) => {
                     let state = direct.state.borrow();
                     let closable = state.in_flight.is_empty() && (state.tail.is_empty() || state.tail_on_disk);
@@ -163,6 +165,23 @@ struct DirectState {
     pad_requested: bool,
 }
 
+struct OverlaySources {
+    in_flight: Vec<(u64, Rc<glommio::io::DmaBuffer>)>,
+    tail: (u64, Vec<u8>),
+}
+
+fn overlay(sources: &OverlaySources, offset: u64, bytes: &mut [u8]) {
+    let blocks = sources.in_flight.iter().map(|(at, buffer)| (*at, buffer.as_bytes()));
+    for (at, source) in blocks.chain(std::iter::once((sources.tail.0, &sources.tail.1[..]))) {
+        let from = at.max(offset);
+        let to = (at + source.len() as u64).min(offset + bytes.len() as u64);
+        if from < to {
+            bytes[(from - offset) as usize..(to - offset) as usize]
+                .copy_from_slice(&source[(from - at) as usize..(to - at) as usize]);
+        }
+    }
+}
+
 #[derive(Clone)]
 enum Handle {
     Buffered(Rc<BufferedFile>),
@@ -183,6 +202,10 @@ struct Shared {
     /// What the connections brought in, in order; `any` wakes a loop waiting for either kind.
     net_events: RefCell<VecDeque<NetEvent>>,
     any: Semaphore,
+    /// Frames received and not yet taken by the shard's loop may number at most
+    /// `INBOUND_FRAMES_MAX`: a connection's reader waits for a credit before queueing one, so a
+    /// client that floods frames is slowed by TCP back-pressure, not buffered without bound.
+    inbound_credits: Semaphore,
     /// Each open client connection's bounded queue of frames to send.
     connections: RefCell<HashMap<u128, glommio::channels::local_channel::LocalSender<Vec<u8>>>>,
     connection_next: Cell<u64>,
@@ -237,7 +260,8 @@ impl Shared {
             Access::Buffered => Handle::Buffered(Rc::new(options.buffered_open(&path).await.map_err(glommio_error)?)),
         };
         let handle = self.files.borrow_mut().insert((file, access), handle);
-        let unpadded = self.files.borrow_mut().evict();
+        let busy: HashSet<FileId> = self.direct_queues.borrow().keys().copied().collect();
+        let unpadded = self.files.borrow_mut().evict(&busy);
         for direct in unpadded {
             direct.state.borrow_mut().pad_requested = true;
             self.enqueue_direct(direct.id, DirectOp::PadTail(direct.clone()));
@@ -309,19 +333,12 @@ enum DirectOp {
 }
 
 impl DirectFile {
-    /// Lays the bytes the device may not have yet over a read: writes in flight, then the tail.
-    fn overlay(&self, offset: u64, bytes: &mut [u8]) {
+    /// The bytes the device may not have yet, in the order to lay them over a read: block writes
+    /// in flight (shared, not copied), then a copy of the tail (under one block).
+    fn overlay_sources(&self) -> OverlaySources {
         let state = self.state.borrow();
         let tail_start = state.logical_end - state.tail.len() as u64;
-        let sources = state.in_flight.iter().map(|(at, buffer)| (*at, buffer.as_bytes()));
-        for (at, source) in sources.chain(std::iter::once((tail_start, &state.tail[..]))) {
-            let from = at.max(offset);
-            let to = (at + source.len() as u64).min(offset + bytes.len() as u64);
-            if from < to {
-                bytes[(from - offset) as usize..(to - offset) as usize]
-                    .copy_from_slice(&source[(from - at) as usize..(to - at) as usize]);
-            }
-        }
+        OverlaySources { in_flight: state.in_flight.clone(), tail: (tail_start, state.tail.clone()) }
     }
 
     /// Appends (consecutive, in order): full blocks go to the device now, in one write, and the
@@ -344,6 +361,7 @@ impl DirectFile {
         let start = state.logical_end - state.tail.len() as u64;
         let kept = state.tail.len();
         let full = (kept + len) / BLOCK as usize * BLOCK as usize;
+        let before = (state.logical_end, state.tail.clone(), state.tail_on_disk);
         state.logical_end += len as u64;
         state.tail_on_disk = false;
         if full == 0 {
@@ -368,13 +386,20 @@ impl DirectFile {
         state.in_flight.push((start, buffer.clone()));
         let direct = self.clone();
         Ok(Some(async move {
-            let result = direct.file.write_rc_at(buffer.clone(), start).await.map_err(glommio_error);
-            direct.state.borrow_mut().in_flight.retain(|(_, held)| !Rc::ptr_eq(held, &buffer));
-            match result {
+            let result = match direct.file.write_rc_at(buffer.clone(), start).await.map_err(glommio_error) {
                 Ok(written) if written >= full => Ok(()),
                 Ok(_) => Err(IoError::NoSpace),
                 Err(error) => Err(error),
+            };
+            let mut state = direct.state.borrow_mut();
+            state.in_flight.retain(|(_, held)| !Rc::ptr_eq(held, &buffer));
+            if result.is_err() {
+                // The appends of this write did not happen: the file is as it was before them,
+                // tail bytes of earlier (completed) appends included. Ops on one file run one at
+                // a time, so nothing changed the state meanwhile.
+                (state.logical_end, state.tail, state.tail_on_disk) = before;
             }
+            result
         }))
     }
 
@@ -411,6 +436,18 @@ impl DirectFile {
 
     async fn truncate(&self, len: u64) -> Result<(), IoError> {
         self.file.truncate(len).await.map_err(glommio_error)?;
+        let (tail_start, logical_end) = {
+            let state = self.state.borrow();
+            (state.logical_end - state.tail.len() as u64, state.logical_end)
+        };
+        if (tail_start..=logical_end).contains(&len) {
+            // Within the block the driver holds: those bytes may never have reached the device.
+            let mut state = self.state.borrow_mut();
+            state.tail.truncate((len - tail_start) as usize);
+            state.logical_end = len;
+            state.tail_on_disk = false;
+            return Ok(());
+        }
         let path = self.file.path().map(|path| path.to_path_buf()).ok_or(IoError::Device)?;
         let tail = read_tail(&path, len / BLOCK * BLOCK, len)?;
         let mut state = self.state.borrow_mut();
@@ -537,6 +574,7 @@ impl GlommioIo {
                 ready: Semaphore::new(0),
                 net_events: RefCell::new(VecDeque::new()),
                 any: Semaphore::new(0),
+                inbound_credits: Semaphore::new(INBOUND_FRAMES_MAX as u64),
                 connections: RefCell::new(HashMap::new()),
                 connection_next: Cell::new(0),
             }),
@@ -595,7 +633,16 @@ impl GlommioIo {
         let shared = self.shared.clone();
         let seed = self.random();
         glommio::spawn_local(async move {
-            while let Ok(stream) = listener.accept().await {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok(stream) => stream,
+                    // Out of descriptors or a connection reset before accept: the listener stays;
+                    // try again shortly instead of spinning.
+                    Err(_) => {
+                        glommio::timer::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
                 // Unguessable ids: a client cannot name another's connection.
                 let counter = shared.connection_next.get();
                 shared.connection_next.set(counter + 1);
@@ -613,7 +660,11 @@ impl GlommioIo {
             if let Some(completion) = self.try_completion() {
                 return DriverEvent::Completion(completion);
             }
-            if let Some(event) = self.shared.net_events.borrow_mut().pop_front() {
+            let event = self.shared.net_events.borrow_mut().pop_front();
+            if let Some(event) = event {
+                if matches!(event, NetEvent::Frame { .. }) {
+                    self.shared.inbound_credits.signal(1);
+                }
                 return DriverEvent::Net(event);
             }
             // A wake-up, not a count: events taken by the `try_` calls leave permits behind, and
@@ -688,6 +739,13 @@ impl Io for GlommioIo {
                     Err(IoError::NotFound) => return Ok(vec![0; len]),
                     Err(error) => return Err(error),
                 };
+                // What the driver holds of a direct file before the read: a block write that
+                // completes during the read leaves neither the disk (read before it landed) nor
+                // the state (cleared after) with its bytes, but this snapshot has them.
+                let before = match shared.files.borrow().open.get(&(file, Access::Direct)) {
+                    Some((Handle::Direct(direct), _)) => Some(direct.overlay_sources()),
+                    _ => None,
+                };
                 let mut bytes = Vec::with_capacity(len);
                 while bytes.len() < len {
                     let chunk =
@@ -698,9 +756,12 @@ impl Io for GlommioIo {
                     bytes.extend_from_slice(&chunk);
                 }
                 bytes.resize(len, 0);
-                // What a direct file's appends hold that the device may not have yet.
-                if let Some(Handle::Direct(direct)) = shared.files.borrow_mut().get((file, Access::Direct)) {
-                    direct.overlay(offset, &mut bytes);
+                if let Some(sources) = before {
+                    overlay(&sources, offset, &mut bytes);
+                }
+                // What a direct file's appends hold now that the device may not have yet.
+                if let Some((Handle::Direct(direct), _)) = shared.files.borrow().open.get(&(file, Access::Direct)) {
+                    overlay(&direct.overlay_sources(), offset, &mut bytes);
                 }
                 Ok(bytes)
             }
@@ -793,11 +854,28 @@ impl Io for GlommioIo {
                         break;
                     }
                 };
-                for entry in entries.flatten() {
+                // A listing that skipped an entry, or guessed a size, would make recovery see a gap
+                // in the log where there is none: any error fails the whole listing.
+                for entry in entries {
+                    let entry = match entry {
+                        Ok(entry) => entry,
+                        Err(error) => {
+                            result = Err(io_error(&error));
+                            break;
+                        }
+                    };
                     let name = format!("{prefix}{}", entry.file_name().to_string_lossy());
                     let Some(kind) = FileKind::parse(&name) else { continue };
-                    let len = entry.metadata().map(|metadata| metadata.len()).unwrap_or(0);
-                    files.push((kind, len));
+                    match entry.metadata() {
+                        Ok(metadata) => files.push((kind, metadata.len())),
+                        Err(error) => {
+                            result = Err(io_error(&error));
+                            break;
+                        }
+                    }
+                }
+                if result.is_err() {
+                    break;
                 }
             }
             files.sort();
@@ -987,6 +1065,8 @@ const FRAME_SIZE_OFFSET: usize = 48;
 pub const FRAME_SIZE_MAX: usize = 64 << 20;
 /// Frames queued to one client at most; past it the client is disconnected.
 pub const OUTBOUND_FRAMES_MAX: usize = 1024;
+/// Frames received from all clients and not yet handled at most (see `inbound_credits`).
+pub const INBOUND_FRAMES_MAX: usize = 4096;
 
 /// What a shard's loop gets from its driver.
 #[derive(Debug)]
@@ -1055,6 +1135,9 @@ async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net
         }
         if !shared.connections.borrow().contains_key(&client) {
             break "disconnected: it did not read its replies".to_string();
+        }
+        if shared.inbound_credits.acquire(1).await.is_err() {
+            break "shutting down".to_string();
         }
         shared.net_event(NetEvent::Frame { client, frame: header });
     };

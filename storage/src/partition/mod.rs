@@ -775,9 +775,14 @@ impl PartitionLog {
             return false;
         }
         let end = self.end_offset();
-        let old: Vec<u64> = self.segments.drain(..).map(|segment| segment.start_offset).collect();
-        self.segments.push_back(Segment::new(end));
-        self.create_active_files(io);
+        // An empty active segment already starts at the end: it stays, and only older ones go.
+        let keep_active = self.segments.back().is_some_and(Segment::is_empty);
+        let old_count = self.segments.len() - usize::from(keep_active);
+        let old: Vec<u64> = self.segments.drain(..old_count).map(|segment| segment.start_offset).collect();
+        if !keep_active {
+            self.segments.push_back(Segment::new(end));
+            self.create_active_files(io);
+        }
         self.retained_from = end;
         self.frontier = end;
         self.delete_after_superblock = old;

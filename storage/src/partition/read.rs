@@ -137,10 +137,11 @@ impl PartitionLog {
             }
         };
         let (segment_start, position, bound) = found;
-        self.read_segment_at(io, request, segment_start, position, bound);
+        self.read_segment_at(io, request, segment_start, position, bound, 0);
     }
 
-    /// Reads the segment from `position` (a batch boundary) towards `bound`.
+    /// Reads the segment from `position` (a batch boundary) towards `bound`, at most the request's
+    /// window of bytes but at least `at_least` (a batch larger than the window is read whole).
     fn read_segment_at(
         &mut self,
         io: &mut impl Io,
@@ -148,12 +149,13 @@ impl PartitionLog {
         segment_start: u64,
         position: u64,
         bound: u64,
+        at_least: u64,
     ) {
         let at = self.segment_position(segment_start).expect("segment");
         let segment = &self.segments[at];
         assert!(position < segment.size, "a read starts inside its segment");
         let window = request.bytes_max.min(self.config.read_bytes_max) + self.config.index_interval_bytes;
-        let bound = bound.max(position + BATCH_HEADER_SIZE as u64).min(position + window.max(BATCH_HEADER_SIZE as u64));
+        let bound = bound.min(position + window).max(position + at_least.max(BATCH_HEADER_SIZE as u64));
         if position < segment.written_size {
             let end = bound.min(segment.written_size);
             let file = segment.log_file(self.namespace);
@@ -281,16 +283,16 @@ impl PartitionLog {
             }
             ScanStop::Partial { batch_length } => {
                 let length = batch_length.min(BATCH_SIZE_MAX as u64);
-                self.read_segment_at(io, request, segment_start, scanned_to, scanned_to + length)
+                self.read_segment_at(io, request, segment_start, scanned_to, scanned_to + length, length)
             }
             ScanStop::End if scanned_to < self.segments[at].size => {
                 let size = self.segments[at].size;
-                self.read_segment_at(io, request, segment_start, scanned_to, size)
+                self.read_segment_at(io, request, segment_start, scanned_to, size, 0)
             }
             ScanStop::End => match self.segments.get(at + 1) {
                 Some(next) if !next.is_empty() => {
                     let (next_start, size) = (next.start_offset, next.size);
-                    self.read_segment_at(io, request, next_start, 0, size)
+                    self.read_segment_at(io, request, next_start, 0, size, 0)
                 }
                 _ => self.empty_read(&request, self.end_offset()),
             },

@@ -63,7 +63,11 @@ enum Stage {
     Scan {
         position: u64,
     },
-    /// Truncates, removes, index rewrites and syncs in flight.
+    /// Truncates, removes, index rewrites and file creations in flight.
+    FixupWrites {
+        outstanding: usize,
+    },
+    /// Then the syncs that make them (and anything unsynced from before the crash) durable.
     Fixups {
         outstanding: usize,
     },
@@ -251,10 +255,15 @@ impl Recovery {
                 let scanned_to = position + scan.valid_len as u64;
                 let read_to_end = position + bytes.len() as u64 == size;
                 if scan.stop != ScanStop::End && read_to_end && padding_only(&bytes[scan.valid_len..]) {
-                    // The zeros a direct-I/O sync pads the last block with: the log ends here,
-                    // whole. Cut them so appends continue at the logical end.
-                    self.padding_cut = true;
-                    self.cut_at(log, io, scanned_to, size);
+                    // The zeros a direct-I/O sync pads a last block with: the segment ends here,
+                    // whole. A sealed one keeps them (nothing appends to it again); the last one
+                    // is cut so that appends continue at its logical end.
+                    if self.current + 1 < self.logs.len() {
+                        self.segment_done(log, io, scanned_to);
+                    } else {
+                        self.padding_cut = true;
+                        self.cut_at(log, io, scanned_to, size);
+                    }
                     return false;
                 }
                 match scan.stop {
@@ -268,6 +277,21 @@ impl Recovery {
                         }
                     }
                     _ => self.cut_at(log, io, scanned_to, size),
+                }
+            }
+            Stage::FixupWrites { outstanding } => {
+                // Cutting the log where appends will continue must work; a failed index rewrite
+                // only means the next open rebuilds it again, and a file already gone is fine.
+                match completion {
+                    Completion::Truncate { result: Err(error), .. } if error != IoError::NotFound => {
+                        return self.fail(log, error);
+                    }
+                    _ => {}
+                }
+                if outstanding > 1 {
+                    self.stage = Stage::FixupWrites { outstanding: outstanding - 1 };
+                } else {
+                    self.sync_all(log, io);
                 }
             }
             Stage::Fixups { outstanding } => {
@@ -297,9 +321,10 @@ impl Recovery {
     fn plan(&mut self, log: &mut PartitionLog, io: &mut impl Io) {
         let logs = std::mem::take(&mut self.logs);
         let mut kept = Vec::new();
-        for (at, &(start, size)) in logs.iter().enumerate() {
-            let end_bound = logs.get(at + 1).map(|(next, _)| *next);
-            if end_bound.is_some_and(|end| end <= log.retained_from) {
+        for &(start, size) in &logs {
+            // A purge moved `retained_from` to the start of the segment after everything it
+            // deleted: anything starting below it is a leftover of that purge.
+            if start < log.retained_from {
                 self.delete(log, io, start);
             } else {
                 kept.push((start, size));
@@ -421,14 +446,14 @@ impl Recovery {
             // a torn tail, and the messages must come back from a peer.
             self.report.corrupt = segment.end_offset < log.frontier;
             let log_file = segment.log_file(namespace);
-            let token = log.token(Op::Ordering);
+            let token = log.token(Op::Recovery);
             io.truncate(log_file, valid_size, token);
-            log.ordering_ops += 1;
+            outstanding += 1;
             for &(later, _) in &self.logs[at + 1..] {
                 for kind in [FileKind::Segment(later), FileKind::Index(later)] {
-                    let token = log.token(Op::Ordering);
+                    let token = log.token(Op::Recovery);
                     io.remove(log.file(kind), token);
-                    log.ordering_ops += 1;
+                    outstanding += 1;
                 }
             }
             self.rebuilt[at] = true;
@@ -455,30 +480,39 @@ impl Recovery {
             rewrites.push((segment.index_file(namespace), index, new_file.then(|| segment.log_file(namespace))));
         }
         for (index_file, index, new_log) in rewrites {
+            // The write and the cut may land in either order: both leave exactly `index`.
             let len = index.len() as u64;
-            let token = log.token(Op::Create);
+            let token = log.token(Op::Recovery);
             io.write(index_file, 0, index, token);
-            log.creates_in_flight += 1;
-            let token = log.token(Op::Ordering);
+            let token = log.token(Op::Recovery);
             io.truncate(index_file, len, token);
-            log.ordering_ops += 1;
+            outstanding += 2;
             if let Some(log_file) = new_log {
-                let token = log.token(Op::Create);
+                let token = log.token(Op::Recovery);
                 io.write(log_file, 0, Vec::new(), token);
-                log.creates_in_flight += 1;
+                outstanding += 1;
             }
         }
-        // Sync every file recovery may have touched or that holds unsynced bytes from before the
-        // crash: a torn tail's truncation, rewritten indexes, new files.
+        if outstanding == 0 {
+            self.sync_all(log, io);
+        } else {
+            self.stage = Stage::FixupWrites { outstanding };
+        }
+    }
+
+    /// Syncs every file recovery may have touched or that holds unsynced bytes from before the
+    /// crash, once the fixups have landed: a torn tail's cut, rewritten indexes, new files.
+    fn sync_all(&mut self, log: &mut PartitionLog, io: &mut impl Io) {
+        let namespace = log.namespace;
         for segment in log.segments.iter() {
             log.dirty.insert(segment.log_file(namespace));
             log.dirty.insert(segment.index_file(namespace));
         }
         let files = std::mem::take(&mut log.dirty);
+        let outstanding = files.len();
         for file in files {
             let token = log.token(Op::Recovery);
             io.sync(file, token);
-            outstanding += 1;
         }
         self.stage = Stage::Fixups { outstanding };
     }

@@ -47,7 +47,10 @@ pub fn decode_index(bytes: &[u8], start_offset: u64, log_size: u64) -> Option<Ve
     let ordered = entries.windows(2).all(|pair| {
         pair[0].offset < pair[1].offset && pair[0].position < pair[1].position && pair[0].timestamp <= pair[1].timestamp
     });
-    let inside = entries.last().is_some_and(|last| last.position + BATCH_HEADER_SIZE as u64 <= log_size);
+    // Index files carry no checksum: any value is possible, so no arithmetic may overflow.
+    let inside = entries
+        .last()
+        .is_some_and(|last| last.position.checked_add(BATCH_HEADER_SIZE as u64).is_some_and(|end| end <= log_size));
     (ordered && inside).then_some(entries)
 }
 
