@@ -90,7 +90,7 @@ impl Default for PartitionConfig {
             index_interval_bytes: 4096,
             message_expiry_us: None,
             max_size: None,
-            unwritten_bytes_max: 64 << 20,
+            unwritten_bytes_max: 8 << 20,
             reads_max: 256,
             read_bytes_max: 8 << 20,
             scan_chunk_bytes: 4 << 20,
