@@ -19,7 +19,7 @@ use vireo_storage::layout::WalLayout;
 
 use crate::checker::Checker;
 use crate::client::{new_client_id, Observation, SimClient};
-use crate::disk::{SimDisk, Zone};
+use crate::disk::{DiskRequest, SimDisk, Zone};
 use crate::network::Network;
 use crate::partition_mirror::PartitionMirror;
 use crate::register_log::RegisterLog;
@@ -49,15 +49,6 @@ impl Outcome {
             Outcome::Correctness(_) => 129,
         }
     }
-}
-
-enum DiskRequest {
-    Write { id: u64 },
-    Read { file: FileId, offset: u64, len: usize },
-    Sync { file: FileId },
-    Truncate { file: FileId, len: u64 },
-    Remove { file: FileId },
-    List { namespace: Namespace },
 }
 
 enum Event {
@@ -562,28 +553,7 @@ impl Cluster {
                 self.hash(&[6, replica as u64, token.0]);
                 let node = &mut self.nodes[replica as usize];
                 let rates = if self.faults { &self.scenario.faults } else { &self.quiet };
-                let completion = match request {
-                    DiskRequest::Write { id } => {
-                        Completion::Write { token, result: node.disk.complete_write(id, &mut self.rng, rates) }
-                    }
-                    DiskRequest::Read { file, offset, len } => {
-                        Completion::Read { token, result: node.disk.read(file, offset, len, &mut self.rng, rates) }
-                    }
-                    DiskRequest::Truncate { file, len } => {
-                        Completion::Truncate { token, result: node.disk.truncate(file, len) }
-                    }
-                    DiskRequest::Remove { file } => {
-                        node.disk.remove(file);
-                        Completion::Remove { token, result: Ok(()) }
-                    }
-                    DiskRequest::List { namespace } => {
-                        Completion::List { token, result: Ok(node.disk.list(namespace)) }
-                    }
-                    DiskRequest::Sync { file } => {
-                        node.disk.sync(file).expect("a replica syncs only files it wrote");
-                        Completion::Sync { token, result: Ok(()) }
-                    }
-                };
+                let completion = node.disk.carry_out(request, token, &mut self.rng, rates);
                 if vireo_storage::partition::token_owner(token).is_some() {
                     self.mirror_completion(replica, completion)?;
                 } else {

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use vireo_io::{FileId, FileKind, IoError, Namespace};
+use vireo_io::{Completion, FileId, FileKind, IoError, Namespace, Token};
 use vireo_storage::layout::WalLayout;
 
 use crate::rng::SimRng;
@@ -33,6 +33,32 @@ pub enum Zone {
     Superblock,
     /// A partition's segments, indexes and consumer offsets.
     Partition,
+}
+
+/// An I/O request waiting for its completion time; carried out by `SimDisk::carry_out`.
+pub enum DiskRequest {
+    /// A write already submitted (`submit_write`): it lands when it completes.
+    Write {
+        id: u64,
+    },
+    Read {
+        file: FileId,
+        offset: u64,
+        len: usize,
+    },
+    Sync {
+        file: FileId,
+    },
+    Truncate {
+        file: FileId,
+        len: u64,
+    },
+    Remove {
+        file: FileId,
+    },
+    List {
+        namespace: Namespace,
+    },
 }
 
 /// A file: what is on stable storage, and the writes since its last sync (the page cache). A read
@@ -281,6 +307,29 @@ impl SimDisk {
     /// Every file on the disk with its size: what a data-directory listing shows.
     pub fn listing(&self) -> Vec<(FileId, u64)> {
         self.files.iter().map(|(file, f)| (*file, f.len())).collect()
+    }
+
+    /// Carries out a request at its completion time and returns the completion.
+    pub fn carry_out(
+        &mut self,
+        request: DiskRequest,
+        token: Token,
+        rng: &mut SimRng,
+        rates: &FaultRates,
+    ) -> Completion {
+        match request {
+            DiskRequest::Write { id } => Completion::Write { token, result: self.complete_write(id, rng, rates) },
+            DiskRequest::Read { file, offset, len } => {
+                Completion::Read { token, result: self.read(file, offset, len, rng, rates) }
+            }
+            DiskRequest::Sync { file } => Completion::Sync { token, result: self.sync(file) },
+            DiskRequest::Truncate { file, len } => Completion::Truncate { token, result: self.truncate(file, len) },
+            DiskRequest::Remove { file } => {
+                self.remove(file);
+                Completion::Remove { token, result: Ok(()) }
+            }
+            DiskRequest::List { namespace } => Completion::List { token, result: Ok(self.list(namespace)) },
+        }
     }
 
     /// Power loss: what was not synced is lost, torn or persisted, independently per write (or,

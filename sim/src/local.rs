@@ -7,18 +7,9 @@ use std::collections::BTreeMap;
 use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token};
 use vireo_storage::layout::WalLayout;
 
-use crate::disk::{SimDisk, Zone};
+use crate::disk::{DiskRequest, SimDisk, Zone};
 use crate::rng::SimRng;
 use crate::scenario::FaultRates;
-
-enum Request {
-    Write { id: u64 },
-    Read { file: FileId, offset: u64, len: usize },
-    Sync { file: FileId },
-    Truncate { file: FileId, len: u64 },
-    Remove { file: FileId },
-    List { namespace: Namespace },
-}
 
 pub struct LocalWorld {
     pub disk: SimDisk,
@@ -27,30 +18,12 @@ pub struct LocalWorld {
     now: u64,
     sequence: u64,
     /// Requests in flight by (completion time, sequence).
-    pending: BTreeMap<(u64, u64), (Token, Request)>,
+    pending: BTreeMap<(u64, u64), (Token, DiskRequest)>,
 }
 
 /// Rates with every fault off.
 pub fn no_faults() -> FaultRates {
-    FaultRates {
-        packet_loss_ppm: 0,
-        packet_duplicate_ppm: 0,
-        network_delay_min_ns: 0,
-        network_delay_max_ns: 0,
-        partition_ppm: 0,
-        partition_ticks_max: 0,
-        clog_ppm: 0,
-        clog_delay_ns: 0,
-        crash_ppm: 0,
-        restart_ticks_min: 0,
-        restart_ticks_max: 0,
-        faulty_disks: 0,
-        write_corruption_ppm: 0,
-        misdirected_write_ppm: 0,
-        latent_sector_ppm: 0,
-        read_corruption_ppm: 0,
-        slow_disk_ppm: 0,
-    }
+    FaultRates::none()
 }
 
 impl LocalWorld {
@@ -66,7 +39,7 @@ impl LocalWorld {
         }
     }
 
-    fn complete_after(&mut self, min_ns: u64, max_ns: u64, token: Token, request: Request) {
+    fn complete_after(&mut self, min_ns: u64, max_ns: u64, token: Token, request: DiskRequest) {
         let at = self.now + self.rng.range(min_ns, max_ns);
         self.sequence += 1;
         self.pending.insert((at, self.sequence), (token, request));
@@ -80,22 +53,7 @@ impl LocalWorld {
     pub fn step(&mut self) -> Option<Completion> {
         let ((at, _), (token, request)) = self.pending.pop_first()?;
         self.now = self.now.max(at);
-        let rates = self.rates.clone();
-        Some(match request {
-            Request::Write { id } => {
-                Completion::Write { token, result: self.disk.complete_write(id, &mut self.rng, &rates) }
-            }
-            Request::Read { file, offset, len } => {
-                Completion::Read { token, result: self.disk.read(file, offset, len, &mut self.rng, &rates) }
-            }
-            Request::Sync { file } => Completion::Sync { token, result: self.disk.sync(file) },
-            Request::Truncate { file, len } => Completion::Truncate { token, result: self.disk.truncate(file, len) },
-            Request::Remove { file } => {
-                self.disk.remove(file);
-                Completion::Remove { token, result: Ok(()) }
-            }
-            Request::List { namespace } => Completion::List { token, result: Ok(self.disk.list(namespace)) },
-        })
+        Some(self.disk.carry_out(request, token, &mut self.rng, &self.rates))
     }
 
     /// Power loss: every request in flight is dropped, unsynced writes are lost, torn or kept.
@@ -119,28 +77,28 @@ impl Io for LocalWorld {
     }
 
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
-        self.complete_after(10_000, 100_000, token, Request::Read { file, offset, len });
+        self.complete_after(10_000, 100_000, token, DiskRequest::Read { file, offset, len });
     }
 
     fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
         let id = self.disk.submit_write(file, offset, bytes);
-        self.complete_after(10_000, 200_000, token, Request::Write { id });
+        self.complete_after(10_000, 200_000, token, DiskRequest::Write { id });
     }
 
     fn sync(&mut self, file: FileId, token: Token) {
-        self.complete_after(1_000_000, 4_000_000, token, Request::Sync { file });
+        self.complete_after(1_000_000, 4_000_000, token, DiskRequest::Sync { file });
     }
 
     fn truncate(&mut self, file: FileId, len: u64, token: Token) {
-        self.complete_after(10_000, 100_000, token, Request::Truncate { file, len });
+        self.complete_after(10_000, 100_000, token, DiskRequest::Truncate { file, len });
     }
 
     fn remove(&mut self, file: FileId, token: Token) {
-        self.complete_after(10_000, 100_000, token, Request::Remove { file });
+        self.complete_after(10_000, 100_000, token, DiskRequest::Remove { file });
     }
 
     fn list(&mut self, namespace: Namespace, token: Token) {
-        self.complete_after(10_000, 100_000, token, Request::List { namespace });
+        self.complete_after(10_000, 100_000, token, DiskRequest::List { namespace });
     }
 
     fn random(&mut self) -> u64 {

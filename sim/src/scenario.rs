@@ -86,6 +86,31 @@ pub struct FaultRates {
     pub slow_disk_ppm: u32,
 }
 
+impl FaultRates {
+    /// No faults at all, and a quick, quiet network.
+    pub fn none() -> FaultRates {
+        FaultRates {
+            packet_loss_ppm: 0,
+            packet_duplicate_ppm: 0,
+            network_delay_min_ns: 50_000,
+            network_delay_max_ns: 1_000_000,
+            partition_ppm: 0,
+            partition_ticks_max: 0,
+            clog_ppm: 0,
+            clog_delay_ns: 0,
+            crash_ppm: 0,
+            restart_ticks_min: 0,
+            restart_ticks_max: 0,
+            faulty_disks: 0,
+            write_corruption_ppm: 0,
+            misdirected_write_ppm: 0,
+            latent_sector_ppm: 0,
+            read_corruption_ppm: 0,
+            slow_disk_ppm: 0,
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub seed: u64,
@@ -127,25 +152,7 @@ impl Scenario {
         };
         let heavy = fault_level == FaultLevel::Heavy;
         let faults = match fault_level {
-            FaultLevel::None => FaultRates {
-                packet_loss_ppm: 0,
-                packet_duplicate_ppm: 0,
-                network_delay_min_ns: 50_000,
-                network_delay_max_ns: 1_000_000,
-                partition_ppm: 0,
-                partition_ticks_max: 0,
-                clog_ppm: 0,
-                clog_delay_ns: 0,
-                crash_ppm: 0,
-                restart_ticks_min: 0,
-                restart_ticks_max: 0,
-                faulty_disks: 0,
-                write_corruption_ppm: 0,
-                misdirected_write_ppm: 0,
-                latent_sector_ppm: 0,
-                read_corruption_ppm: 0,
-                slow_disk_ppm: 0,
-            },
+            FaultLevel::None => FaultRates::none(),
             FaultLevel::Default | FaultLevel::Heavy => {
                 let scale = if heavy { 4 } else { 1 };
                 FaultRates {
