@@ -643,6 +643,10 @@ impl GlommioIo {
                         continue;
                     }
                 };
+                if shared.connections.borrow().len() >= CONNECTIONS_MAX {
+                    // Full: the new connection is closed at once (dropping it), the others go on.
+                    continue;
+                }
                 // Unguessable ids: a client cannot name another's connection.
                 let counter = shared.connection_next.get();
                 shared.connection_next.set(counter + 1);
@@ -1063,6 +1067,8 @@ pub fn keep_freed_memory() {
 pub const FRAME_HEADER_SIZE: usize = 256;
 const FRAME_SIZE_OFFSET: usize = 48;
 pub const FRAME_SIZE_MAX: usize = 64 << 20;
+/// Client connections one shard keeps open at most; past it new ones are closed on accept.
+pub const CONNECTIONS_MAX: usize = 10_000;
 /// Frames queued to one client at most; past it the client is disconnected.
 pub const OUTBOUND_FRAMES_MAX: usize = 1024;
 /// Frames received from all clients and not yet handled at most (see `inbound_credits`).
