@@ -164,7 +164,8 @@ impl Io for SimIo<'_> {
     fn sync(&mut self, file: FileId, token: Token) {
         // fdatasync costs about 4 ms on our machines.
         let latency = self.latency(1_000_000, 4_000_000);
-        self.complete(latency, DiskRequest::Sync { file }, token);
+        let upto = self.disk.sync_point();
+        self.complete(latency, DiskRequest::Sync { file, upto }, token);
     }
 
     fn truncate(&mut self, file: FileId, len: u64, token: Token) {
@@ -378,7 +379,9 @@ impl Cluster {
 
     fn mirror_completion(&mut self, index: u8, completion: Completion) -> Result<(), String> {
         let node = &mut self.nodes[index as usize];
-        let damaged = node.disk.partition_faults > 0;
+        // Lasting damage to segment bytes is never repaired in place (the mirror appends again
+        // after a cut), so once a disk has had any, losses and unreadable batches are excused.
+        let damaged = node.disk.segment_damage > 0;
         let Some(mirror) = node.mirror.as_mut() else { return Ok(()) };
         if vireo_storage::partition::token_owner(completion.token()) != Some(mirror.owner()) {
             // For a log this node reopened since: it is gone.

@@ -21,6 +21,8 @@ use crate::scenario::FaultRates;
 
 /// Torn writes persist a prefix in units of this many bytes.
 const TEAR_UNIT: usize = 64;
+/// Partition files (segments, indexes, 32-byte offset slots) tear at a finer grain.
+const PARTITION_TEAR_UNIT: usize = 16;
 /// Latent sector errors are tracked at this granularity.
 const SECTOR_SIZE: u64 = 256;
 /// A misdirected partition write lands up to this many sectors away from where it was aimed.
@@ -46,8 +48,10 @@ pub enum DiskRequest {
         offset: u64,
         len: usize,
     },
+    /// Covers the writes completed before it was issued (`SimDisk::sync_point` then).
     Sync {
         file: FileId,
+        upto: u64,
     },
     Truncate {
         file: FileId,
@@ -66,14 +70,16 @@ pub enum DiskRequest {
 #[derive(Default)]
 struct SimFile {
     durable: Vec<u8>,
-    unsynced: Vec<(u64, Vec<u8>)>,
+    /// (offset, bytes, completion number): a sync makes durable those completed before it was
+    /// issued, and only those.
+    unsynced: Vec<(u64, Vec<u8>, u64)>,
     /// The file's directory entry is durable: it has been synced once since it was created.
     entry_durable: bool,
 }
 
 impl SimFile {
     fn len(&self) -> u64 {
-        let overlay = self.unsynced.iter().map(|(offset, bytes)| offset + bytes.len() as u64).max().unwrap_or(0);
+        let overlay = self.unsynced.iter().map(|(offset, bytes, _)| offset + bytes.len() as u64).max().unwrap_or(0);
         overlay.max(self.durable.len() as u64)
     }
 }
@@ -97,8 +103,12 @@ pub struct SimDisk {
     pub fault_zone: Option<Zone>,
     latent: BTreeSet<(FileId, u64)>,
     pub faults_injected: u64,
-    /// Of those, the ones that hit partition files (which only a repair from peers can undo).
-    pub partition_faults: u64,
+    /// Of those, the ones that left a segment's bytes damaged on the platter (a partition log may
+    /// lose durable messages to them and must repair from its peers). Read corruption is not
+    /// counted: it is gone at the next read.
+    pub segment_damage: u64,
+    /// Writes completed so far: numbers them for `sync`.
+    completed_writes: u64,
     /// Bytes the disk holds at most (all files together); a write that would grow past it
     /// fails with `NoSpace` and lands nothing. `None`: unbounded.
     pub capacity: Option<u64>,
@@ -114,7 +124,8 @@ impl SimDisk {
             fault_zone,
             latent: BTreeSet::new(),
             faults_injected: 0,
-            partition_faults: 0,
+            segment_damage: 0,
+            completed_writes: 0,
             capacity: None,
         }
     }
@@ -137,10 +148,10 @@ impl SimDisk {
         }
     }
 
-    fn count_fault(&mut self, zone: Option<Zone>) {
+    fn count_fault(&mut self, file: FileId) {
         self.faults_injected += 1;
-        if zone == Some(Zone::Partition) {
-            self.partition_faults += 1;
+        if matches!(file.kind, FileKind::Segment(_)) {
+            self.segment_damage += 1;
         }
     }
 
@@ -178,7 +189,7 @@ impl SimDisk {
             if rng.chance(rates.write_corruption_ppm) && !bytes.is_empty() {
                 let bit = rng.below(bytes.len() as u64 * 8);
                 bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
-                self.count_fault(zone);
+                self.count_fault(file);
             } else if rng.chance(rates.misdirected_write_ppm) {
                 offset = match zone {
                     Some(Zone::WalHeaders) => self.layout.header_offset(rng.below(self.layout.slot_count)),
@@ -192,7 +203,7 @@ impl SimDisk {
                         }
                     }
                 };
-                self.count_fault(zone);
+                self.count_fault(file);
             }
         }
         let first = offset / SECTOR_SIZE;
@@ -203,9 +214,11 @@ impl SimDisk {
         }
         if self.write_faulty(file, offset) && rng.chance(rates.latent_sector_ppm) {
             self.latent.insert((file, first));
-            self.count_fault(zone);
+            self.count_fault(file);
         }
-        self.files.entry(file).or_default().unsynced.push((offset, bytes));
+        self.completed_writes += 1;
+        let completed = self.completed_writes;
+        self.files.entry(file).or_default().unsynced.push((offset, bytes, completed));
         Ok(())
     }
 
@@ -227,7 +240,7 @@ impl SimDisk {
             let start = (offset as usize).min(target.durable.len());
             let end = (offset as usize + len).min(target.durable.len());
             bytes[..end - start].copy_from_slice(&target.durable[start..end]);
-            for (written_at, written) in &target.unsynced {
+            for (written_at, written, _) in &target.unsynced {
                 let (from, to) =
                     (*written_at.max(&offset), (written_at + written.len() as u64).min(offset + len as u64));
                 if from < to {
@@ -239,12 +252,12 @@ impl SimDisk {
         if self.faulty(file, offset) && len > 0 && rng.chance(rates.read_corruption_ppm) {
             let bit = rng.below(len as u64 * 8);
             bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
-            self.count_fault(self.zone(file, offset));
+            self.faults_injected += 1;
         }
         Ok(bytes)
     }
 
-    pub fn sync(&mut self, file: FileId) -> Result<(), IoError> {
+    pub fn sync(&mut self, file: FileId, upto: u64) -> Result<(), IoError> {
         if self.in_flight.iter().any(|(_, written, ..)| *written == file) {
             self.files.entry(file).or_default();
         }
@@ -252,11 +265,19 @@ impl SimDisk {
         let Some(target) = self.files.get_mut(&file) else {
             return Ok(());
         };
-        for (offset, bytes) in std::mem::take(&mut target.unsynced) {
+        let (covered, later): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut target.unsynced).into_iter().partition(|(_, _, completed)| *completed <= upto);
+        for (offset, bytes, _) in covered {
             apply(&mut target.durable, offset, &bytes);
         }
+        target.unsynced = later;
         target.entry_durable = true;
         Ok(())
+    }
+
+    /// What a sync issued now covers: every write completed so far (pass it to `sync`).
+    pub fn sync_point(&self) -> u64 {
+        self.completed_writes
     }
 
     /// Truncation reaches the platter at once (a simplification: a lost truncate only brings back
@@ -266,11 +287,12 @@ impl SimDisk {
             return Err(IoError::NotFound);
         };
         target.durable.truncate(len as usize);
-        for (offset, bytes) in target.unsynced.iter_mut() {
+        for (offset, bytes, _) in target.unsynced.iter_mut() {
             bytes.truncate(len.saturating_sub(*offset) as usize);
         }
-        target.unsynced.retain(|(_, bytes)| !bytes.is_empty());
-        let stale: Vec<_> = self.latent.range((file, len / SECTOR_SIZE)..(file, u64::MAX)).copied().collect();
+        target.unsynced.retain(|(_, bytes, _)| !bytes.is_empty());
+        // Sectors wholly past the new end; one the cut runs through keeps its error.
+        let stale: Vec<_> = self.latent.range((file, len.div_ceil(SECTOR_SIZE))..(file, u64::MAX)).copied().collect();
         for sector in stale {
             self.latent.remove(&sector);
         }
@@ -281,7 +303,7 @@ impl SimDisk {
     pub fn flip_durable_bit(&mut self, file: FileId, offset: u64) {
         let target = self.files.get_mut(&file).expect("file exists");
         target.durable[offset as usize] ^= 1;
-        self.partition_faults += 1;
+        self.count_fault(file);
     }
 
     /// Removal is durable at once (directory operations are not the subject of these faults).
@@ -322,7 +344,7 @@ impl SimDisk {
             DiskRequest::Read { file, offset, len } => {
                 Completion::Read { token, result: self.read(file, offset, len, rng, rates) }
             }
-            DiskRequest::Sync { file } => Completion::Sync { token, result: self.sync(file) },
+            DiskRequest::Sync { file, upto } => Completion::Sync { token, result: self.sync(file, upto) },
             DiskRequest::Truncate { file, len } => Completion::Truncate { token, result: self.truncate(file, len) },
             DiskRequest::Remove { file } => {
                 self.remove(file);
@@ -338,7 +360,7 @@ impl SimDisk {
     pub fn crash(&mut self, rng: &mut SimRng, tear_all: bool) {
         let in_flight = std::mem::take(&mut self.in_flight);
         for (_, file, offset, bytes) in &in_flight {
-            self.files.entry(*file).or_default().unsynced.push((*offset, bytes.clone()));
+            self.files.entry(*file).or_default().unsynced.push((*offset, bytes.clone(), u64::MAX));
         }
         let mut vanished = Vec::new();
         for (file, target) in self.files.iter_mut() {
@@ -346,15 +368,16 @@ impl SimDisk {
             if writes.is_empty() {
                 continue;
             }
-            for (offset, bytes) in writes.into_iter().filter(|(_, bytes)| !bytes.is_empty()) {
+            for (offset, bytes, _) in writes.into_iter().filter(|(_, bytes, _)| !bytes.is_empty()) {
                 // Torn: a strict prefix, in TEAR_UNIT pieces, made it to the platter.
                 let fate = if tear_all { 2 } else { rng.below(3) };
                 match fate {
                     0 => {}
                     1 => apply(&mut target.durable, offset, &bytes),
                     _ => {
-                        let units = bytes.len().div_ceil(TEAR_UNIT);
-                        let kept = (rng.below(units as u64) as usize * TEAR_UNIT).min(bytes.len());
+                        let unit = if file.namespace.is_metadata() { TEAR_UNIT } else { PARTITION_TEAR_UNIT };
+                        let units = bytes.len().div_ceil(unit);
+                        let kept = (rng.below(units as u64) as usize * unit).min(bytes.len());
                         apply(&mut target.durable, offset, &bytes[..kept]);
                     }
                 }
@@ -385,7 +408,7 @@ mod tests {
             let wal = vireo_storage::layout::wal_file(Namespace::METADATA);
             let id = disk.submit_write(wal, 0, vec![1u8; 256]);
             disk.complete_write(id, &mut rng, &rates).unwrap();
-            disk.sync(wal).unwrap();
+            disk.sync(wal, disk.sync_point()).unwrap();
             let id = disk.submit_write(wal, 256, vec![2u8; 256]);
             disk.complete_write(id, &mut rng, &rates).unwrap();
             disk.crash(&mut rng, false);

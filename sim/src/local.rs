@@ -86,7 +86,8 @@ impl Io for LocalWorld {
     }
 
     fn sync(&mut self, file: FileId, token: Token) {
-        self.complete_after(1_000_000, 4_000_000, token, DiskRequest::Sync { file });
+        let upto = self.disk.sync_point();
+        self.complete_after(1_000_000, 4_000_000, token, DiskRequest::Sync { file, upto });
     }
 
     fn truncate(&mut self, file: FileId, len: u64, token: Token) {

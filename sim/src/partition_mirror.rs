@@ -17,6 +17,8 @@ use vireo_storage::partition::{
 pub const MIRROR_NAMESPACE: Namespace = Namespace(0);
 /// Entries appended in one batch at most.
 const BATCH_ENTRIES_MAX: usize = 32;
+/// Attempts at a verification read that fails before it counts (read corruption is transient).
+const READ_ATTEMPTS_MAX: u32 = 3;
 /// Messages one verification read asks for.
 const VERIFY_READ_COUNT: u32 = 64;
 
@@ -47,6 +49,8 @@ pub struct PartitionMirror {
     /// A read-back of the whole log after an open, in progress: the next offset to read.
     verifying: Option<u64>,
     read_next: u64,
+    /// Failed attempts at the current verification read.
+    read_failures: u32,
 }
 
 /// What a mirror reports to the cluster after handling something.
@@ -63,7 +67,7 @@ pub struct MirrorNews {
 impl PartitionMirror {
     pub fn open(io: &mut impl Io, owner: u16, bug: Option<PartitionBug>) -> PartitionMirror {
         let log = PartitionLog::open(io, mirror_config(bug), MIRROR_NAMESPACE, owner);
-        PartitionMirror { log, owner, verifying: None, read_next: 0 }
+        PartitionMirror { log, owner, verifying: None, read_next: 0, read_failures: 0 }
     }
 
     pub fn owner(&self) -> u16 {
@@ -119,30 +123,54 @@ impl PartitionMirror {
                             report.end_offset
                         ));
                     }
+                    if report.first_offset != 0 {
+                        return Err(format!("the partition log (no retention) lost its start: {report:?}"));
+                    }
                     news.reopened_end = Some(report.end_offset);
-                    self.verifying = Some(self.log.first_offset());
+                    self.verifying = Some(0);
                     self.verify_next(io);
                 }
                 PartitionEvent::Durable { offset } => news.durable = Some(offset),
                 PartitionEvent::Read { result, .. } => {
+                    let expected = self.verifying.expect("a verification read");
                     let read = match result {
-                        Ok(read) => read,
-                        Err(error) if damaged => {
-                            // Damage the node cannot read past; it keeps appending after it.
-                            let _ = error;
-                            self.verifying = None;
+                        Ok(read) => {
+                            self.read_failures = 0;
+                            read
+                        }
+                        // A read damaged on the way up: read again.
+                        Err(_) if self.read_failures < READ_ATTEMPTS_MAX => {
+                            self.read_failures += 1;
+                            self.verify_next(io);
+                            continue;
+                        }
+                        Err(_) if damaged => {
+                            // Damage the node cannot read; verify on from the next offset.
+                            self.read_failures = 0;
+                            self.verifying = Some(expected + 1);
+                            self.verify_next(io);
                             continue;
                         }
                         Err(error) => return Err(format!("partition log read failed with no disk fault: {error}")),
                     };
                     let mut at = 0;
                     let mut last = None;
+                    let mut next = expected;
                     while at < read.bytes.len() {
                         let header = batch::validate(&read.bytes[at..])
                             .map_err(|error| format!("partition log served a damaged batch: {error}"))?;
                         let messages = batch::messages(&read.bytes[at..at + header.batch_length as usize])
                             .map_err(|error| format!("partition log batch unreadable: {error}"))?;
                         for message in messages {
+                            // Whole batches: the first may start before the offset asked for.
+                            if message.offset >= expected && message.offset != next {
+                                return Err(format!(
+                                    "partition log skipped from offset {next} to {}: segments {:?}",
+                                    message.offset,
+                                    self.log.segments().collect::<Vec<_>>()
+                                ));
+                            }
+                            next = next.max(message.offset + 1);
                             let entry = committed.get(message.offset as usize).copied();
                             if !entry.is_some_and(|entry| entry_matches(&message, entry)) {
                                 return Err(format!(

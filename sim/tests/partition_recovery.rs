@@ -292,7 +292,8 @@ fn zero_padding_after_a_sealed_segment_is_not_a_tear() {
     let padding = harness.world.disk.submit_write(file, size, vec![0; 4096 - (size % 4096) as usize]);
     let rates = harness.world.rates.clone();
     harness.world.disk.complete_write(padding, &mut harness.world.rng, &rates).unwrap();
-    harness.world.disk.sync(file).unwrap();
+    let upto = harness.world.disk.sync_point();
+    harness.world.disk.sync(file, upto).unwrap();
     for superblock in [FileKind::SuperblockA, FileKind::SuperblockB] {
         harness.world.disk.remove(FileId::new(NAMESPACE, superblock));
     }

@@ -169,6 +169,13 @@ pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
         if stored != message_checksum(&bytes[at..at + len]) {
             return Err(BatchError::MessageChecksum(index as u32));
         }
+        // A stamped batch's offsets are dense: message i is at base_offset + i.
+        if u32::from_le_bytes(bytes[at + 24..at + 28].try_into().unwrap()) != index as u32 {
+            return Err(BatchError::Frame(index as u32));
+        }
+    }
+    if header.base_timestamp.checked_add(u32::MAX as u64).is_none() {
+        return Err(BatchError::Header("base_timestamp leaves no room for message timestamps"));
     }
     let checksums = spans.iter().map(|&(at, _)| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()));
     if batch_checksum(&bytes[..BATCH_HEADER_SIZE], checksums) != header.batch_checksum {
@@ -224,22 +231,27 @@ pub fn stamp(
 pub fn messages(bytes: &[u8]) -> Result<Vec<Message<'_>>, BatchError> {
     let header = BatchHeader::decode(bytes)?;
     let spans = message_spans(bytes, &header)?;
-    Ok(spans
+    spans
         .into_iter()
-        .map(|(at, len)| {
+        .enumerate()
+        .map(|(index, (at, len))| {
             let frame = &bytes[at..at + MESSAGE_FRAME_SIZE];
             let payload_len = u32::from_le_bytes(frame[36..40].try_into().unwrap()) as usize;
             let body = &bytes[at + MESSAGE_FRAME_SIZE..at + len];
-            Message {
+            let offset_delta = u32::from_le_bytes(frame[24..28].try_into().unwrap()) as u64;
+            let timestamp_delta = u32::from_le_bytes(frame[28..32].try_into().unwrap()) as u64;
+            // Deltas come from the bytes: any value is possible, so the sums are checked.
+            let overflow = BatchError::Frame(index as u32);
+            Ok(Message {
                 checksum: u64::from_le_bytes(frame[0..8].try_into().unwrap()),
                 id: u128::from_le_bytes(frame[8..24].try_into().unwrap()),
-                offset: header.base_offset + u32::from_le_bytes(frame[24..28].try_into().unwrap()) as u64,
-                timestamp: header.base_timestamp + u32::from_le_bytes(frame[28..32].try_into().unwrap()) as u64,
+                offset: header.base_offset.checked_add(offset_delta).ok_or(overflow)?,
+                timestamp: header.base_timestamp.checked_add(timestamp_delta).ok_or(overflow)?,
                 payload: &body[..payload_len],
                 user_headers: &body[payload_len..],
-            }
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Builds an unstamped batch as a client would send it.

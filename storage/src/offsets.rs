@@ -77,9 +77,13 @@ pub enum OffsetsError {
 pub enum OffsetsEvent {
     /// Every stored offset is loaded (the count of consumers and groups found).
     Loaded { consumers: usize },
+    /// The directory or a file could not be read: nothing is loaded and stores are refused, since
+    /// storing over an offset not read could go back below it. Load again.
+    LoadFailed { error: IoError },
     /// The offset is durable.
     Stored { consumer: Consumer, offset: u64 },
-    /// The store failed; the previously stored offset still holds.
+    /// The store failed. If the write failed, the previously stored offset still holds; if the
+    /// sync failed, either may be on disk after a crash (what fsync's failure means).
     Failed { consumer: Consumer, offset: u64, error: IoError },
 }
 
@@ -95,6 +99,9 @@ enum Op {
 struct Entry {
     /// The durable offset and the sequence of its slot.
     stored: Option<(u64, u64)>,
+    /// The file exists but neither slot is valid: the next store writes both slots, so that no
+    /// leftover with a higher sequence can outrank it.
+    rewrite_both: bool,
     /// The offset being written, and the one waiting behind it.
     in_flight: Option<u64>,
     waiting: Option<u64>,
@@ -106,6 +113,7 @@ pub struct ConsumerOffsets {
     consumers_max: usize,
     loaded: bool,
     loads_outstanding: usize,
+    load_error: Option<IoError>,
     entries: BTreeMap<Consumer, Entry>,
     ops: BTreeMap<u64, Op>,
     token_next: u64,
@@ -120,6 +128,7 @@ impl ConsumerOffsets {
             consumers_max,
             loaded: false,
             loads_outstanding: 0,
+            load_error: None,
             entries: BTreeMap::new(),
             ops: BTreeMap::new(),
             token_next: 0,
@@ -175,9 +184,15 @@ impl ConsumerOffsets {
         let entry = self.entries.get_mut(&consumer).expect("entry");
         let sequence = entry.stored.map_or(1, |(sequence, _)| sequence + 1);
         entry.in_flight = Some(offset);
-        let slot = (sequence % 2) * SLOT_SIZE as u64;
+        let (at, record) = if entry.rewrite_both {
+            let mut both = encode_slot(sequence, offset);
+            both.extend(encode_slot(sequence, offset));
+            (0, both)
+        } else {
+            ((sequence % 2) * SLOT_SIZE as u64, encode_slot(sequence, offset))
+        };
         let token = self.token(Op::Write(consumer));
-        io.write(self.file(consumer), slot, encode_slot(sequence, offset), token);
+        io.write(self.file(consumer), at, record, token);
     }
 
     pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
@@ -186,8 +201,14 @@ impl ConsumerOffsets {
         let op = self.ops.remove(&(token.0 & ((1 << TOKEN_OWNER_SHIFT) - 1))).expect("op in flight");
         match (op, completion) {
             (Op::List, Completion::List { result, .. }) => {
-                let consumers: Vec<Consumer> = result
-                    .unwrap_or_default()
+                let files = match result {
+                    Ok(files) => files,
+                    Err(error) => {
+                        self.events.push_back(OffsetsEvent::LoadFailed { error });
+                        return;
+                    }
+                };
+                let consumers: Vec<Consumer> = files
                     .into_iter()
                     .filter_map(|(kind, _)| match kind {
                         FileKind::ConsumerOffset(id) => Some(Consumer::Consumer(id)),
@@ -203,9 +224,19 @@ impl ConsumerOffsets {
                 self.check_loaded();
             }
             (Op::Load(consumer), Completion::Read { result, .. }) => {
-                // An unreadable or torn-twice file holds no offset: the consumer starts over.
-                if let Some(stored) = result.ok().and_then(|bytes| decode_file(&bytes)) {
-                    self.entries.entry(consumer).or_default().stored = Some(stored);
+                match result {
+                    Ok(bytes) => {
+                        let entry = self.entries.entry(consumer).or_default();
+                        match decode_file(&bytes) {
+                            Some(stored) => entry.stored = Some(stored),
+                            // Both slots damaged: the consumer starts over, and its next store
+                            // overwrites both.
+                            None => entry.rewrite_both = true,
+                        }
+                    }
+                    Err(error) => {
+                        self.load_error.get_or_insert(error);
+                    }
                 }
                 self.loads_outstanding -= 1;
                 self.check_loaded();
@@ -223,10 +254,15 @@ impl ConsumerOffsets {
     }
 
     fn check_loaded(&mut self) {
-        if self.loads_outstanding == 0 && !self.loaded {
-            self.loaded = true;
-            self.events.push_back(OffsetsEvent::Loaded { consumers: self.entries.len() });
+        if self.loads_outstanding > 0 || self.loaded {
+            return;
         }
+        if let Some(error) = self.load_error {
+            self.events.push_back(OffsetsEvent::LoadFailed { error });
+            return;
+        }
+        self.loaded = true;
+        self.events.push_back(OffsetsEvent::Loaded { consumers: self.entries.len() });
     }
 
     fn finish(&mut self, io: &mut impl Io, consumer: Consumer, result: Result<(), IoError>) {
@@ -236,6 +272,7 @@ impl ConsumerOffsets {
             Ok(()) => {
                 let sequence = entry.stored.map_or(1, |(sequence, _)| sequence + 1);
                 entry.stored = Some((sequence, offset));
+                entry.rewrite_both = false;
                 self.events.push_back(OffsetsEvent::Stored { consumer, offset });
             }
             Err(error) => self.events.push_back(OffsetsEvent::Failed { consumer, offset, error }),

@@ -243,8 +243,9 @@ pub struct PartitionLog {
     retained_from: u64,
     superblock_writing: Option<u64>,
     superblock_wanted: bool,
-    /// Segments to delete once the superblock that drops them is durable (purge).
-    delete_after_superblock: Vec<u64>,
+    /// Segments to delete, each once the superblock of that sequence (which no longer retains
+    /// them) is durable: (sequence, start offset).
+    delete_after_superblock: Vec<(u64, u64)>,
     reads: BTreeMap<u64, read::ReadInFlight>,
     parked: Vec<ReadRequest>,
     events: VecDeque<PartitionEvent>,
@@ -602,7 +603,12 @@ impl PartitionLog {
             Op::SuperblockSync => match completion {
                 Completion::Sync { result: Ok(()), .. } => {
                     self.superblock_sequence = self.superblock_writing.take().expect("superblock in flight");
-                    for start_offset in std::mem::take(&mut self.delete_after_superblock) {
+                    let durable = self.superblock_sequence;
+                    let (due, later) = std::mem::take(&mut self.delete_after_superblock)
+                        .into_iter()
+                        .partition(|(at, _)| *at <= durable);
+                    self.delete_after_superblock = later;
+                    for (_, start_offset) in due {
                         self.delete_segment_files(io, start_offset);
                     }
                     if let Some(recovery) = self.recovery.take() {
@@ -751,10 +757,23 @@ impl PartitionLog {
                 break;
             }
             let segment = self.segments.pop_front().expect("oldest");
-            self.delete_segment_files(io, segment.start_offset);
+            self.delete_after_superblock(segment.start_offset);
             deleted += 1;
         }
+        if deleted > 0 {
+            self.pump(io);
+        }
         deleted
+    }
+
+    /// Forgets a segment now (reads start after it) and deletes its files once a superblock that
+    /// no longer retains it is durable: a crash in between leaves files recovery deletes, never a
+    /// log whose start is missing.
+    fn delete_after_superblock(&mut self, start_offset: u64) {
+        self.retained_from = self.first_offset().max(self.retained_from);
+        let sequence = self.superblock_writing.unwrap_or(self.superblock_sequence) + 1;
+        self.delete_after_superblock.push((sequence, start_offset));
+        self.superblock_wanted = true;
     }
 
     fn delete_segment_files(&mut self, io: &mut impl Io, start_offset: u64) {
@@ -783,9 +802,11 @@ impl PartitionLog {
             self.segments.push_back(Segment::new(end));
             self.create_active_files(io);
         }
-        self.retained_from = end;
         self.frontier = end;
-        self.delete_after_superblock = old;
+        for start_offset in old {
+            self.delete_after_superblock(start_offset);
+        }
+        self.retained_from = end;
         self.superblock_wanted = true;
         self.pump(io);
         true

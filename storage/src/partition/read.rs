@@ -88,6 +88,8 @@ pub(super) struct ReadInFlight {
     request: ReadRequest,
     segment_start: u64,
     position: u64,
+    /// The offset of the batch that must be at `position`.
+    expected: u64,
 }
 
 impl PartitionLog {
@@ -124,7 +126,8 @@ impl PartitionLog {
                 let at = self.segments.partition_point(|segment| segment.start_offset <= offset) - 1;
                 let segment = &self.segments[at];
                 let bound = segment.position_bound_for_offset(offset.saturating_add(request.count as u64));
-                (segment.start_offset, segment.position_for_offset(offset), bound)
+                let (position, expected) = segment.entry_for_offset(offset);
+                (segment.start_offset, position, expected, bound)
             }
             ReadStart::Timestamp(timestamp) => {
                 let at =
@@ -133,24 +136,26 @@ impl PartitionLog {
                     return self.empty_read(&request, end);
                 };
                 let segment = &self.segments[at];
-                (segment.start_offset, segment.position_for_timestamp(timestamp), segment.size)
+                let (position, expected) = segment.entry_for_timestamp(timestamp);
+                (segment.start_offset, position, expected, segment.size)
             }
         };
-        let (segment_start, position, bound) = found;
-        self.read_segment_at(io, request, segment_start, position, bound, 0);
+        let (segment_start, position, expected, bound) = found;
+        self.read_segment_at(io, request, (segment_start, position, expected), bound, 0);
     }
 
     /// Reads the segment from `position` (a batch boundary) towards `bound`, at most the request's
     /// window of bytes but at least `at_least` (a batch larger than the window is read whole).
+    /// `at` is (segment start, position, offset of the batch at that position).
     fn read_segment_at(
         &mut self,
         io: &mut impl Io,
         request: ReadRequest,
-        segment_start: u64,
-        position: u64,
+        at: (u64, u64, u64),
         bound: u64,
         at_least: u64,
     ) {
+        let (segment_start, position, expected) = at;
         let at = self.segment_position(segment_start).expect("segment");
         let segment = &self.segments[at];
         assert!(position < segment.size, "a read starts inside its segment");
@@ -161,7 +166,7 @@ impl PartitionLog {
             let file = segment.log_file(self.namespace);
             let token = self.token(Op::Read { id: request.id });
             io.read(file, position, (end - position) as usize, token);
-            self.reads.insert(request.id, ReadInFlight { request, segment_start, position });
+            self.reads.insert(request.id, ReadInFlight { request, segment_start, position, expected });
             return;
         }
         let writing = self.writing.iter().any(|writing| {
@@ -199,7 +204,7 @@ impl PartitionLog {
             self.writing,
             self.queued.iter().chain(self.appending.iter()).map(|unit| (unit.segment_start, unit.position, unit.len)).collect::<Vec<_>>()
         );
-        self.collect(io, request, segment_start, position, bytes);
+        self.collect(io, request, (segment_start, position, expected), bytes);
     }
 
     pub(super) fn retry_parked(&mut self, io: &mut impl Io) {
@@ -227,22 +232,21 @@ impl PartitionLog {
             return;
         }
         match result {
-            Ok(bytes) => self.collect(io, in_flight.request, in_flight.segment_start, in_flight.position, bytes),
+            Ok(bytes) => {
+                let at = (in_flight.segment_start, in_flight.position, in_flight.expected);
+                self.collect(io, in_flight.request, at, bytes)
+            }
             Err(error) => self.finish_read(id, Err(ReadError::Io(error))),
         }
     }
 
     /// Picks the batches the request wants out of `bytes` (read at `position` of the segment), or
     /// reads on when they hold none yet.
-    fn collect(
-        &mut self,
-        io: &mut impl Io,
-        request: ReadRequest,
-        segment_start: u64,
-        position: u64,
-        mut bytes: Vec<u8>,
-    ) {
-        let scan = segment::scan(&bytes, None);
+    fn collect(&mut self, io: &mut impl Io, request: ReadRequest, at: (u64, u64, u64), mut bytes: Vec<u8>) {
+        let (segment_start, position, expected_first) = at;
+        // Batches must be the ones expected where they are: a batch that is whole and valid but
+        // misplaced (a misdirected write) is damage, not data to serve.
+        let scan = segment::scan(&bytes, Some(expected_first));
         let (mut first, mut last, mut start_offset) = (None, 0, None);
         let (mut messages, mut taken_bytes, mut batch_count) = (0u64, 0u64, 0u32);
         for &(at, header) in &scan.batches {
@@ -272,7 +276,7 @@ impl PartitionLog {
         }
         let scanned_to = position + scan.valid_len as u64;
         let at = self.segment_position(segment_start).expect("segment");
-        let expected = scan.batches.last().map_or(self.segments[at].start_offset, |(_, header)| header.end_offset());
+        let expected = scan.batches.last().map_or(expected_first, |(_, header)| header.end_offset());
         match scan.stop {
             ScanStop::Invalid(_) | ScanStop::Discontinuous { .. } => {
                 let offset = match request.start {
@@ -283,16 +287,16 @@ impl PartitionLog {
             }
             ScanStop::Partial { batch_length } => {
                 let length = batch_length.min(BATCH_SIZE_MAX as u64);
-                self.read_segment_at(io, request, segment_start, scanned_to, scanned_to + length, length)
+                self.read_segment_at(io, request, (segment_start, scanned_to, expected), scanned_to + length, length)
             }
             ScanStop::End if scanned_to < self.segments[at].size => {
                 let size = self.segments[at].size;
-                self.read_segment_at(io, request, segment_start, scanned_to, size, 0)
+                self.read_segment_at(io, request, (segment_start, scanned_to, expected), size, 0)
             }
             ScanStop::End => match self.segments.get(at + 1) {
                 Some(next) if !next.is_empty() => {
                     let (next_start, size) = (next.start_offset, next.size);
-                    self.read_segment_at(io, request, next_start, 0, size, 0)
+                    self.read_segment_at(io, request, (next_start, 0, next_start), size, 0)
                 }
                 _ => self.empty_read(&request, self.end_offset()),
             },

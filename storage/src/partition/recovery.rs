@@ -90,6 +90,8 @@ pub(super) struct Recovery {
     cut: Option<(usize, u64)>,
     /// The cut only removed a sync's zero padding after the last batch: nothing is reported.
     padding_cut: bool,
+    /// A scan read that ended short, being read a second time.
+    reread: Option<u64>,
 }
 
 /// Zero bytes, shorter than one I/O block: what a direct-I/O sync pads a partial block with.
@@ -116,6 +118,7 @@ impl Recovery {
             report: RecoveryReport::default(),
             cut: None,
             padding_cut: false,
+            reread: None,
         }
     }
 
@@ -238,16 +241,38 @@ impl Recovery {
             Stage::Scan { position } => {
                 let Completion::Read { result, .. } = completion else { panic!("scan read as {completion:?}") };
                 let (_, size) = self.logs[self.current];
-                let bytes = match result {
-                    Ok(bytes) => bytes,
-                    // An unreadable sector ends the log here, as a damaged batch would.
+                let expected = self.building.as_ref().expect("segment being built").end_offset;
+                let scanned = result.map(|bytes| {
+                    let scan = segment::scan(&bytes, Some(expected));
+                    (bytes, scan)
+                });
+                // Whether this read ends the log short of the file's end: an unreadable sector, a
+                // damaged batch, a torn one. A read can be damaged on the way up, once: read it
+                // again before cutting anything, since a cut drops every batch after it.
+                let short = match &scanned {
+                    Err(_) => true,
+                    Ok((bytes, scan)) => match scan.stop {
+                        ScanStop::End => false,
+                        ScanStop::Partial { batch_length } => position + scan.valid_len as u64 + batch_length > size,
+                        _ => !(position + bytes.len() as u64 == size && padding_only(&bytes[scan.valid_len..])),
+                    },
+                };
+                if short && self.reread != Some(position) {
+                    self.reread = Some(position);
+                    let len = scanned.as_ref().map_or(log.config.scan_chunk_bytes, |(bytes, _)| bytes.len() as u64);
+                    self.scan_read(log, io, position, len.max(1));
+                    return false;
+                }
+                self.reread = None;
+                let (bytes, scan) = match scanned {
+                    Ok(scanned) => scanned,
+                    // Unreadable twice: the log ends here, as at a damaged batch.
                     Err(_) => {
                         self.cut_at(log, io, position, size);
                         return false;
                     }
                 };
                 let building = self.building.as_mut().expect("segment being built");
-                let scan = segment::scan(&bytes, Some(building.end_offset));
                 for &(at, header) in &scan.batches {
                     let timestamp_max = segment::batch_timestamp_max(&bytes[at..at + header.batch_length as usize]);
                     building.record_batch(&header, timestamp_max, log.config.index_interval_bytes);
@@ -328,6 +353,18 @@ impl Recovery {
                 self.delete(log, io, start);
             } else {
                 kept.push((start, size));
+            }
+        }
+        // The log must start where the superblock says it is retained from. If that segment is
+        // gone (a file never synced can vanish in a crash), the ones after it cannot stand alone:
+        // their offsets would start with a hole.
+        if kept.first().is_some_and(|(start, _)| *start != log.retained_from) {
+            self.report.truncated_from = Some(log.retained_from);
+            self.report.segments_dropped = kept.len();
+            self.report.truncated_bytes = kept.iter().map(|(_, size)| size).sum();
+            self.report.corrupt = log.retained_from < log.frontier;
+            for (start, _) in std::mem::take(&mut kept) {
+                self.delete(log, io, start);
             }
         }
         for &start in self.indexes.keys() {

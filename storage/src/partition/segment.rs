@@ -182,16 +182,17 @@ impl Segment {
         self.size += header.batch_length;
     }
 
-    /// Where a scan for `offset` starts: the last index entry at or before it.
-    pub fn position_for_offset(&self, offset: u64) -> u64 {
+    /// Where a scan for `offset` starts, and the offset of the batch there: the last index entry
+    /// at or before it.
+    pub fn entry_for_offset(&self, offset: u64) -> (u64, u64) {
         let after = self.index.partition_point(|entry| entry.offset <= offset);
-        after.checked_sub(1).map_or(0, |at| self.index[at].position)
+        after.checked_sub(1).map_or((0, self.start_offset), |at| (self.index[at].position, self.index[at].offset))
     }
 
-    /// Where a scan for the first message at or after `timestamp` starts.
-    pub fn position_for_timestamp(&self, timestamp: u64) -> u64 {
+    /// Where a scan for the first message at or after `timestamp` starts, and the offset there.
+    pub fn entry_for_timestamp(&self, timestamp: u64) -> (u64, u64) {
         let after = self.index.partition_point(|entry| entry.timestamp < timestamp);
-        after.checked_sub(1).map_or(0, |at| self.index[at].position)
+        after.checked_sub(1).map_or((0, self.start_offset), |at| (self.index[at].position, self.index[at].offset))
     }
 
     /// A position at which every batch holding an offset below `offset` has ended: the first index
@@ -242,10 +243,10 @@ mod tests {
         }
         assert_eq!(segment.index.len(), 4);
         let batch_len = segment.size / 4;
-        assert_eq!(segment.position_for_offset(100), 0);
-        assert_eq!(segment.position_for_offset(107), batch_len);
-        assert_eq!(segment.position_for_offset(119), 3 * batch_len);
-        assert_eq!(segment.position_for_timestamp(15), batch_len);
+        assert_eq!(segment.entry_for_offset(100), (0, 100));
+        assert_eq!(segment.entry_for_offset(107), (batch_len, 105));
+        assert_eq!(segment.entry_for_offset(119), (3 * batch_len, 115));
+        assert_eq!(segment.entry_for_timestamp(15), (batch_len, 105));
         assert_eq!(segment.position_bound_for_offset(106), 2 * batch_len);
         assert_eq!(segment.position_bound_for_offset(200), segment.size);
         let mut encoded = Vec::new();
