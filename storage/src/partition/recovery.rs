@@ -90,14 +90,18 @@ pub(super) struct Recovery {
     cut: Option<(usize, u64)>,
     /// The cut only removed a sync's zero padding after the last batch: nothing is reported.
     padding_cut: bool,
-    /// A scan read that ended short, being read a second time.
-    reread: Option<u64>,
+    /// A scan read that ended short, being read again: (position, attempts so far, the read
+    /// that got furthest).
+    reread: Option<(u64, u32, Option<(Vec<u8>, segment::Scan)>)>,
 }
 
 /// Zero bytes, shorter than one I/O block: what a direct-I/O sync pads a partial block with.
 fn padding_only(rest: &[u8]) -> bool {
     !rest.is_empty() && rest.len() < PADDING_BLOCK && rest.iter().all(|&byte| byte == 0)
 }
+
+/// Reads of a scan chunk that ends short before recovery believes it.
+const READ_ATTEMPTS_MAX: u32 = 3;
 
 /// The block size of the production driver's direct-I/O segment writes.
 const PADDING_BLOCK: usize = 4096;
@@ -242,32 +246,38 @@ impl Recovery {
                 let Completion::Read { result, .. } = completion else { panic!("scan read as {completion:?}") };
                 let (_, size) = self.logs[self.current];
                 let expected = self.building.as_ref().expect("segment being built").end_offset;
-                let scanned = result.map(|bytes| {
+                let this = result.ok().map(|bytes| {
                     let scan = segment::scan(&bytes, Some(expected));
                     (bytes, scan)
                 });
-                // Whether this read ends the log short of the file's end: an unreadable sector, a
-                // damaged batch, a torn one. A read can be damaged on the way up, once: read it
-                // again before cutting anything, since a cut drops every batch after it.
-                let short = match &scanned {
-                    Err(_) => true,
-                    Ok((bytes, scan)) => match scan.stop {
+                // Whether a read ends the log short of the file's end: an unreadable sector, a
+                // damaged batch, a torn one. A read can be damaged on the way up: read again, a
+                // few times, and keep the read that got furthest, since a cut drops every batch
+                // after it.
+                let short = |read: &Option<(Vec<u8>, segment::Scan)>| match read {
+                    None => true,
+                    Some((bytes, scan)) => match scan.stop {
                         ScanStop::End => false,
                         ScanStop::Partial { batch_length } => position + scan.valid_len as u64 + batch_length > size,
                         _ => !(position + bytes.len() as u64 == size && padding_only(&bytes[scan.valid_len..])),
                     },
                 };
-                if short && self.reread != Some(position) {
-                    self.reread = Some(position);
-                    let len = scanned.as_ref().map_or(log.config.scan_chunk_bytes, |(bytes, _)| bytes.len() as u64);
+                let reach = |read: &Option<(Vec<u8>, segment::Scan)>| read.as_ref().map(|(_, scan)| scan.valid_len);
+                let (attempts, best) = match self.reread.take() {
+                    Some((at, attempts, best)) if at == position => (attempts, best),
+                    _ => (0, None),
+                };
+                let candidate = if reach(&best) > reach(&this) { best } else { this };
+                if short(&candidate) && attempts + 1 < READ_ATTEMPTS_MAX {
+                    let len = candidate.as_ref().map_or(log.config.scan_chunk_bytes, |(bytes, _)| bytes.len() as u64);
+                    self.reread = Some((position, attempts + 1, candidate));
                     self.scan_read(log, io, position, len.max(1));
                     return false;
                 }
-                self.reread = None;
-                let (bytes, scan) = match scanned {
-                    Ok(scanned) => scanned,
-                    // Unreadable twice: the log ends here, as at a damaged batch.
-                    Err(_) => {
+                let (bytes, scan) = match candidate {
+                    Some(read) => read,
+                    // Unreadable every time: the log ends here, as at a damaged batch.
+                    None => {
                         self.cut_at(log, io, position, size);
                         return false;
                     }
