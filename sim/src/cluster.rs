@@ -399,9 +399,6 @@ impl Cluster {
             node.mirror_durable = end;
             self.log(|| format!("r{index} partition log recovered to offset {end}"));
         }
-        if let Some(durable) = news.durable {
-            self.log(|| format!("r{index} partition log durable to offset {durable}"));
-        }
         if news.failed {
             self.log(|| format!("r{index} partition log failed: reopening"));
             self.open_mirror(index);

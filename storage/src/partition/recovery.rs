@@ -92,13 +92,16 @@ pub(super) struct Recovery {
     padding_cut: bool,
     /// A scan read that ended short, being read again: (position, attempts so far, the read
     /// that got furthest).
-    reread: Option<(u64, u32, Option<(Vec<u8>, segment::Scan)>)>,
+    reread: Option<(u64, u32, Option<ScanRead>)>,
 }
 
 /// Zero bytes, shorter than one I/O block: what a direct-I/O sync pads a partial block with.
 fn padding_only(rest: &[u8]) -> bool {
     !rest.is_empty() && rest.len() < PADDING_BLOCK && rest.iter().all(|&byte| byte == 0)
 }
+
+/// A chunk of a segment as read, and what scanning it found.
+type ScanRead = (Vec<u8>, segment::Scan);
 
 /// Reads of a scan chunk that ends short before recovery believes it.
 const READ_ATTEMPTS_MAX: u32 = 3;
@@ -254,7 +257,7 @@ impl Recovery {
                 // damaged batch, a torn one. A read can be damaged on the way up: read again, a
                 // few times, and keep the read that got furthest, since a cut drops every batch
                 // after it.
-                let short = |read: &Option<(Vec<u8>, segment::Scan)>| match read {
+                let short = |read: &Option<ScanRead>| match read {
                     None => true,
                     Some((bytes, scan)) => match scan.stop {
                         ScanStop::End => false,
@@ -262,7 +265,7 @@ impl Recovery {
                         _ => !(position + bytes.len() as u64 == size && padding_only(&bytes[scan.valid_len..])),
                     },
                 };
-                let reach = |read: &Option<(Vec<u8>, segment::Scan)>| read.as_ref().map(|(_, scan)| scan.valid_len);
+                let reach = |read: &Option<ScanRead>| read.as_ref().map(|(_, scan)| scan.valid_len);
                 let (attempts, best) = match self.reread.take() {
                     Some((at, attempts, best)) if at == position => (attempts, best),
                     _ => (0, None),
