@@ -91,8 +91,8 @@ pub(super) struct Recovery {
     /// The cut only removed a sync's zero padding after the last batch: nothing is reported.
     padding_cut: bool,
     /// A scan read that ended short, being read again: (position, attempts so far, the read
-    /// that got furthest).
-    reread: Option<(u64, u32, Option<ScanRead>)>,
+    /// that got furthest, where the last read stopped).
+    reread: Option<(u64, u32, Option<ScanRead>, Option<usize>)>,
 }
 
 /// Zero bytes, shorter than one I/O block: what a direct-I/O sync pads a partial block with.
@@ -103,8 +103,8 @@ fn padding_only(rest: &[u8]) -> bool {
 /// A chunk of a segment as read, and what scanning it found.
 type ScanRead = (Vec<u8>, segment::Scan);
 
-/// Reads of a scan chunk that ends short before recovery believes it.
-const READ_ATTEMPTS_MAX: u32 = 3;
+/// Reads of a scan chunk that ends short, at most, before recovery believes the furthest.
+const READ_ATTEMPTS_MAX: u32 = 8;
 
 /// The block size of the production driver's direct-I/O segment writes.
 const PADDING_BLOCK: usize = 4096;
@@ -266,14 +266,18 @@ impl Recovery {
                     },
                 };
                 let reach = |read: &Option<ScanRead>| read.as_ref().map(|(_, scan)| scan.valid_len);
-                let (attempts, best) = match self.reread.take() {
-                    Some((at, attempts, best)) if at == position => (attempts, best),
-                    _ => (0, None),
+                let (attempts, best, previous) = match self.reread.take() {
+                    Some((at, attempts, best, previous)) if at == position => (attempts, best, previous),
+                    _ => (0, None, None),
                 };
-                let candidate = if reach(&best) > reach(&this) { best } else { this };
-                if short(&candidate) && attempts + 1 < READ_ATTEMPTS_MAX {
+                // Believe a short read once two reads in a row stop at the same place (bit flips
+                // on the way up do not repeat), or when the attempts run out.
+                let confirmed = attempts > 0 && reach(&this) == previous;
+                let this_reach = reach(&this);
+                let candidate = if reach(&best) > this_reach { best } else { this };
+                if short(&candidate) && !confirmed && attempts + 1 < READ_ATTEMPTS_MAX {
                     let len = candidate.as_ref().map_or(log.config.scan_chunk_bytes, |(bytes, _)| bytes.len() as u64);
-                    self.reread = Some((position, attempts + 1, candidate));
+                    self.reread = Some((position, attempts + 1, candidate, this_reach));
                     self.scan_read(log, io, position, len.max(1));
                     return false;
                 }
