@@ -91,8 +91,8 @@ pub(super) struct Recovery {
     /// The cut only removed a sync's zero padding after the last batch: nothing is reported.
     padding_cut: bool,
     /// A scan read that ended short, being read again: (position, attempts so far, the read
-    /// that got furthest, where the last read stopped).
-    reread: Option<(u64, u32, Option<ScanRead>, Option<usize>)>,
+    /// that got furthest, the checksum of the last read's bytes).
+    reread: Option<(u64, u32, Option<ScanRead>, Option<u64>)>,
 }
 
 /// Zero bytes, shorter than one I/O block: what a direct-I/O sync pads a partial block with.
@@ -270,14 +270,14 @@ impl Recovery {
                     Some((at, attempts, best, previous)) if at == position => (attempts, best, previous),
                     _ => (0, None, None),
                 };
-                // Believe a short read once two reads in a row stop at the same place (bit flips
-                // on the way up do not repeat), or when the attempts run out.
-                let confirmed = attempts > 0 && reach(&this) == previous;
-                let this_reach = reach(&this);
-                let candidate = if reach(&best) > this_reach { best } else { this };
+                // Believe a short read once two reads in a row return the same bytes (bit flips on
+                // the way up do not repeat; an unreadable sector does), or when the attempts run out.
+                let fingerprint = this.as_ref().map(|(bytes, _)| crate::checksum::checksum64(bytes));
+                let confirmed = attempts > 0 && fingerprint == previous;
+                let candidate = if reach(&best) > reach(&this) { best } else { this };
                 if short(&candidate) && !confirmed && attempts + 1 < READ_ATTEMPTS_MAX {
                     let len = candidate.as_ref().map_or(log.config.scan_chunk_bytes, |(bytes, _)| bytes.len() as u64);
-                    self.reread = Some((position, attempts + 1, candidate, this_reach));
+                    self.reread = Some((position, attempts + 1, candidate, fingerprint));
                     self.scan_read(log, io, position, len.max(1));
                     return false;
                 }
