@@ -187,6 +187,10 @@ pub fn validate(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
 /// Checks the structure of a batch a client sent (checksums are recomputed by `stamp`, so a client
 /// may leave them zero) and returns its header.
 pub fn check_client_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
+    client_batch_spans(bytes).map(|(header, _)| header)
+}
+
+fn client_batch_spans(bytes: &[u8]) -> Result<(BatchHeader, Vec<(usize, usize)>), BatchError> {
     let header = BatchHeader::decode(bytes)?;
     if bytes.len() != header.batch_length as usize {
         return Err(if bytes.len() < header.batch_length as usize {
@@ -195,8 +199,16 @@ pub fn check_client_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
             BatchError::TrailingBytes
         });
     }
-    message_spans(bytes, &header)?;
-    Ok(header)
+    let spans = message_spans(bytes, &header)?;
+    Ok((header, spans))
+}
+
+/// A batch as `stamp` left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamped {
+    pub header: BatchHeader,
+    /// The largest message timestamp in the batch (the base plus the largest delta).
+    pub timestamp_max: u64,
 }
 
 /// Stamps a batch in place for the partition that stores it: partition id, base offset and
@@ -206,13 +218,14 @@ pub fn stamp(
     partition_id: u64,
     base_offset: u64,
     base_timestamp: u64,
-) -> Result<BatchHeader, BatchError> {
-    let mut header = check_client_batch(bytes)?;
-    let spans = message_spans(bytes, &header)?;
+) -> Result<Stamped, BatchError> {
+    let (mut header, spans) = client_batch_spans(bytes)?;
     let mut checksums = Vec::with_capacity(spans.len());
+    let mut delta_max = 0u64;
     for (index, &(at, len)) in spans.iter().enumerate() {
         let message = &mut bytes[at..at + len];
         message[24..28].copy_from_slice(&(index as u32).to_le_bytes());
+        delta_max = delta_max.max(u32::from_le_bytes(message[28..32].try_into().unwrap()) as u64);
         let checksum = message_checksum(message);
         message[0..8].copy_from_slice(&checksum.to_le_bytes());
         checksums.push(checksum);
@@ -224,7 +237,8 @@ pub fn stamp(
     header.encode_into(bytes);
     header.batch_checksum = batch_checksum(&bytes[..BATCH_HEADER_SIZE], checksums.into_iter());
     header.encode_into(bytes);
-    Ok(header)
+    let timestamp_max = base_timestamp.checked_add(delta_max).ok_or(BatchError::Header("timestamp overflows"))?;
+    Ok(Stamped { header, timestamp_max })
 }
 
 /// The messages of a batch that `validate` or `check_client_batch` accepted.
@@ -352,7 +366,7 @@ mod tests {
             base_timestamp in any::<u32>(),
         ) {
             let mut bytes = batch_of(&messages);
-            let header = stamp(&mut bytes, 7, base_offset, base_timestamp as u64).unwrap();
+            let header = stamp(&mut bytes, 7, base_offset, base_timestamp as u64).unwrap().header;
             prop_assert_eq!(validate(&bytes).unwrap(), header);
             let read = super::messages(&bytes).unwrap();
             prop_assert_eq!(read.len(), messages.len());

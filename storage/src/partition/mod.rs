@@ -385,8 +385,8 @@ impl PartitionLog {
         }
         let timestamp = timestamp.max(self.last_timestamp);
         let base_offset = self.end_offset();
-        let header = batch::stamp(&mut batch, self.config.partition_id, base_offset, timestamp)?;
-        let timestamp_max = segment::batch_timestamp_max(&batch);
+        let batch::Stamped { header, timestamp_max } =
+            batch::stamp(&mut batch, self.config.partition_id, base_offset, timestamp)?;
         self.last_timestamp = timestamp;
         self.push_batch(io, &header, timestamp_max, batch);
         Ok(Appended { base_offset, last_offset: header.last_offset(), timestamp })
