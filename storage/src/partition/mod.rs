@@ -301,14 +301,6 @@ impl PartitionLog {
         self.status
     }
 
-    pub fn namespace(&self) -> Namespace {
-        self.namespace
-    }
-
-    pub fn config(&self) -> &PartitionConfig {
-        &self.config
-    }
-
     /// The first offset the partition still holds.
     pub fn first_offset(&self) -> u64 {
         self.segments.front().map_or(0, |segment| segment.start_offset)

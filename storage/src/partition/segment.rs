@@ -162,10 +162,6 @@ impl Segment {
         self.size == 0
     }
 
-    pub fn contains_offset(&self, offset: u64) -> bool {
-        (self.start_offset..self.end_offset).contains(&offset)
-    }
-
     /// Records a batch appended at `position == self.size`, adding an index entry when due.
     pub fn record_batch(&mut self, header: &BatchHeader, timestamp_max: u64, index_interval_bytes: u64) {
         assert_eq!(header.base_offset, self.end_offset, "offsets in a segment are dense");
