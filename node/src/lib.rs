@@ -1,6 +1,10 @@
-//! A whole Vireo node as a library. For now it is the replication core and the Io boundary it runs
-//! on; shards, routing, the metadata and partition state machines and the server binaries arrive
-//! with the streaming issues, on top of exactly these pieces.
+//! A whole Vireo node as a library: the metadata and partition state machines, the shards that
+//! host their VSR groups, and the routing that tells every node which shard owns what.
+
+pub mod group_io;
+pub mod partition;
+pub mod routing;
+pub mod shard;
 
 pub use vireo_io as io;
 pub use vireo_protocol as protocol;

@@ -12,6 +12,8 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientEntry {
     pub session: u64,
+    /// The user the session registered as (the register request's `user_id`).
+    pub user_id: u32,
     /// The last request number applied for this session (0 after register).
     pub request: u64,
     /// The op that applied it, and the reply it produced.
@@ -107,6 +109,7 @@ impl ClientTable {
         for (client, entry) in &self.entries {
             bytes.extend_from_slice(&client.to_le_bytes());
             bytes.extend_from_slice(&entry.session.to_le_bytes());
+            bytes.extend_from_slice(&entry.user_id.to_le_bytes());
             bytes.extend_from_slice(&entry.request.to_le_bytes());
             bytes.extend_from_slice(&entry.reply_op.to_le_bytes());
             bytes.extend_from_slice(&entry.reply_timestamp.to_le_bytes());
@@ -133,13 +136,14 @@ impl ClientTable {
         for _ in 0..count {
             let client = u128::from_le_bytes(take(16)?.try_into().ok()?);
             let session = u64::from_le_bytes(take(8)?.try_into().ok()?);
+            let user_id = u32::from_le_bytes(take(4)?.try_into().ok()?);
             let request = u64::from_le_bytes(take(8)?.try_into().ok()?);
             let reply_op = u64::from_le_bytes(take(8)?.try_into().ok()?);
             let reply_timestamp = u64::from_le_bytes(take(8)?.try_into().ok()?);
             let reply_operation = take(1)?[0];
             let reply_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
             let reply = take(reply_len)?.to_vec();
-            let entry = ClientEntry { session, request, reply_op, reply_timestamp, reply_operation, reply };
+            let entry = ClientEntry { session, user_id, request, reply_op, reply_timestamp, reply_operation, reply };
             table.entries.insert(client, entry);
         }
         Some((table, offset))
@@ -151,7 +155,7 @@ mod tests {
     use super::*;
 
     fn entry(session: u64, op: u64) -> ClientEntry {
-        ClientEntry { session, request: 0, reply_op: op, reply_timestamp: 0, reply_operation: 1, reply: vec![] }
+        ClientEntry { session, user_id: 0, request: 0, reply_op: op, reply_timestamp: 0, reply_operation: 1, reply: vec![] }
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub enum Bug {
 pub struct Config {
     pub cluster: u128,
     pub replica_count: u8,
+    /// The primary of view v is replica (v + primary_offset) % replica_count: groups with
+    /// different offsets put their primaries on different nodes.
+    pub primary_offset: u8,
     /// The group this replica belongs to: where its superblock, WAL and checkpoints live.
     pub namespace: vireo_io::Namespace,
     /// WAL slots; op x lives in slot x % journal_slots.
@@ -56,6 +59,7 @@ impl Config {
         Config {
             cluster,
             replica_count,
+            primary_offset: 0,
             namespace: vireo_io::Namespace::METADATA,
             journal_slots: 1024,
             prepare_size_max: 1024 * 1024,
@@ -102,7 +106,7 @@ impl Config {
     }
 
     pub fn primary_index(&self, view: u32) -> u8 {
-        (view % self.replica_count as u32) as u8
+        ((view as u64 + self.primary_offset as u64) % self.replica_count as u64) as u8
     }
 
     pub fn validate(&self) {

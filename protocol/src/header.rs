@@ -20,6 +20,20 @@
 use vireo_storage::checksum::checksum128;
 use vireo_storage::layout::HEADER_SIZE;
 
+/// Set in `Header::group` when the frame names its group; namespaces never use bit 62.
+pub const GROUP_NAMED: u64 = 1 << 62;
+
+/// The `group` field that names a namespace's consensus group.
+pub fn group_of(namespace: vireo_io::Namespace) -> u64 {
+    assert_eq!(namespace.0 & GROUP_NAMED, 0);
+    namespace.0 | GROUP_NAMED
+}
+
+/// The namespace a `group` field names, if it names one.
+pub fn group_namespace(group: u64) -> Option<vireo_io::Namespace> {
+    (group & GROUP_NAMED != 0).then_some(vireo_io::Namespace(group & !GROUP_NAMED))
+}
+
 /// No frame may be larger (`PROTOCOL.md`: cap a frame at 64 MiB).
 pub const FRAME_SIZE_MAX: u32 = 64 * 1024 * 1024;
 
@@ -120,6 +134,10 @@ pub struct Header {
     pub release: u32,
     pub command: Command,
     pub replica: u8,
+    /// Which consensus group a frame belongs to (Vireo's field in the common part's reserved
+    /// bytes, @64): 0 for frames that do not name one (Iggy clients), else `GROUP_NAMED` | the
+    /// group's namespace. Replicas stamp every frame they send with their own group.
+    pub group: u64,
     pub parent: u128,
     pub context: u128,
     pub client: u128,
@@ -198,6 +216,7 @@ impl Header {
             release: 0,
             command,
             replica,
+            group: 0,
             parent: 0,
             context: 0,
             client: 0,
@@ -228,6 +247,7 @@ impl Header {
         put_u32(&mut bytes, 56, self.release);
         bytes[60] = self.command as u8;
         bytes[61] = self.replica;
+        put_u64(&mut bytes, 64, self.group);
         match layout(self.command) {
             Layout::Request => {
                 put_u128(&mut bytes, 128, self.client);
@@ -270,10 +290,11 @@ impl Header {
             return Err(DecodeError::Short { got: bytes.len() });
         }
         let command = Command::from_u8(bytes[60]).ok_or(DecodeError::Command(bytes[60]))?;
-        if let Some(at) = (62..128).find(|at| bytes[*at] != 0) {
+        if let Some(at) = (62..64).chain(72..128).find(|at| bytes[*at] != 0) {
             return Err(DecodeError::Reserved(at));
         }
         let mut header = Header::new(command, get_u128(bytes, 32), bytes[61]);
+        header.group = get_u64(bytes, 64);
         header.checksum = get_u128(bytes, 0);
         header.checksum_body = get_u128(bytes, 16);
         header.size = get_u32(bytes, 48);

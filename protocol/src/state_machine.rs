@@ -1,10 +1,14 @@
 //! What a replica replicates: any deterministic state machine over committed requests.
 
+use crate::header::Header;
+
 /// A deterministic state machine. Every replica applies the same requests in the same order and
 /// must reach the same state: nothing here may read a clock, a file or a random source.
 pub trait StateMachine: Sized {
-    /// Applies one committed request and returns its reply body.
-    fn apply(&mut self, op: u64, timestamp: u64, client: u128, operation: u8, body: &[u8]) -> Vec<u8>;
+    /// Applies one committed request and returns its reply body. `request` is the client's
+    /// request header (client, session, request number, operation, command code); `user_id` is
+    /// the user its session registered as (the node vouched for it at register time).
+    fn apply(&mut self, op: u64, timestamp: u64, request: &Header, user_id: u32, body: &[u8]) -> Vec<u8>;
 
     /// A digest of the whole state, compared across replicas by the simulator.
     fn digest(&self) -> u64;

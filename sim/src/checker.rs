@@ -136,6 +136,7 @@ impl Checker {
                 }
                 let entry = ClientEntry {
                     session: op,
+                    user_id: header.user_id,
                     request: 0,
                     reply_op: op,
                     reply_timestamp: 0,
@@ -147,9 +148,10 @@ impl Checker {
                 continue;
             }
             if let RequestOutcome::New = self.model_table.outcome(header.client, header.session, header.request) {
-                let reply = self.model.apply(op, 0, header.client, header.operation, request.body);
+                let reply = self.model.apply(op, 0, &header, 0, request.body);
                 let entry = ClientEntry {
                     session: header.session,
+                    user_id: 0,
                     request: header.request,
                     reply_op: op,
                     reply_timestamp: 0,

@@ -134,7 +134,8 @@ impl SimDisk {
         match file.kind {
             FileKind::Wal if offset < self.layout.headers_zone_size() => Some(Zone::WalHeaders),
             FileKind::Wal => Some(Zone::WalPrepares),
-            FileKind::SuperblockA | FileKind::SuperblockB if file.namespace.is_metadata() => Some(Zone::Superblock),
+            // Every group's superblock: the replicas' and the partition logs' alike.
+            FileKind::SuperblockA | FileKind::SuperblockB => Some(Zone::Superblock),
             FileKind::Snapshot => None,
             _ => Some(Zone::Partition),
         }
@@ -375,14 +376,14 @@ impl SimDisk {
                     0 => {}
                     1 => apply(&mut target.durable, offset, &bytes),
                     _ => {
-                        let unit = if file.namespace.is_metadata() { TEAR_UNIT } else { PARTITION_TEAR_UNIT };
+                        let unit = if consensus_file(file) { TEAR_UNIT } else { PARTITION_TEAR_UNIT };
                         let units = bytes.len().div_ceil(unit);
                         let kept = (rng.below(units as u64) as usize * unit).min(bytes.len());
                         apply(&mut target.durable, offset, &bytes[..kept]);
                     }
                 }
             }
-            if !target.entry_durable && !file.namespace.is_metadata() && rng.chance(500_000) {
+            if !target.entry_durable && !consensus_file(file) && rng.chance(500_000) {
                 vanished.push(*file);
             }
         }
@@ -390,6 +391,13 @@ impl SimDisk {
             self.files.remove(&file);
         }
     }
+}
+
+/// A file of a VSR group (WAL, superblock, checkpoint), of the metadata group or a partition's:
+/// these tear in sectors and were created (and their directory synced) when the replica formatted.
+fn consensus_file(file: &FileId) -> bool {
+    file.namespace.is_metadata()
+        || matches!(file.kind, FileKind::Wal | FileKind::SuperblockA | FileKind::SuperblockB | FileKind::Snapshot)
 }
 
 #[cfg(test)]

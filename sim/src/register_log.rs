@@ -3,7 +3,7 @@
 //! whole log after it, so a reply pins down the entire history before it: any lost, duplicated or
 //! reordered application shows up in the very next reply and in every replica's digest.
 
-use vireo_protocol::StateMachine;
+use vireo_protocol::{Header, StateMachine};
 use vireo_storage::checksum::checksum64;
 
 /// The one operation: append the 8-byte value in the body.
@@ -39,8 +39,9 @@ impl RegisterLog {
 }
 
 impl StateMachine for RegisterLog {
-    fn apply(&mut self, _op: u64, _timestamp: u64, client: u128, operation: u8, body: &[u8]) -> Vec<u8> {
-        let value = match (operation, body.try_into()) {
+    fn apply(&mut self, _op: u64, _timestamp: u64, request: &Header, _user_id: u32, body: &[u8]) -> Vec<u8> {
+        let client = request.client;
+        let value = match (request.operation, body.try_into()) {
             (OPERATION_APPEND, Ok(bytes)) => u64::from_le_bytes(bytes),
             // Anything else is a no-op with an empty reply: still deterministic.
             _ => return Vec::new(),

@@ -306,6 +306,7 @@ impl<S: StateMachine> Replica<S> {
     fn header(&self, command: Command) -> Header {
         let mut header = Header::new(command, self.config.cluster, self.replica);
         header.view = self.view;
+        header.group = crate::header::group_of(self.config.namespace);
         header
     }
 
@@ -339,6 +340,10 @@ impl<S: StateMachine> Replica<S> {
         };
         // A prepare names the primary that created it, not the replica that sent it (repair
         // relays prepares, ours included); every other replica message names its sender.
+        // A frame of another group reached us (a routing bug or a stale partition): not ours.
+        if message.header.group != 0 && message.header.group != crate::header::group_of(self.config.namespace) {
+            return;
+        }
         if !from_client
             && (message.header.cluster != self.config.cluster
                 || message.header.replica >= self.replica_count()

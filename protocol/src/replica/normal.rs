@@ -31,7 +31,10 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if !self.is_primary() {
-            // The client guessed wrong: pass the request on to the primary of our view.
+            // The client guessed wrong: pass the request on to the primary of our view, naming
+            // our group so that the primary's node routes it to us.
+            let mut message = message;
+            message.header.group = crate::header::group_of(self.config.namespace);
             io.send(Peer::Replica(self.primary_of(self.view)), message.encode());
             return;
         }
@@ -408,6 +411,7 @@ impl<S: StateMachine> Replica<S> {
                 }
                 let entry = ClientEntry {
                     session: op,
+                    user_id: request.header.user_id,
                     request: 0,
                     reply_op: op,
                     reply_timestamp: header.timestamp,
@@ -422,10 +426,11 @@ impl<S: StateMachine> Replica<S> {
             }
             match self.client_table.outcome(client, request.header.session, request.header.request) {
                 RequestOutcome::New => {
-                    let reply =
-                        self.state_machine.apply(op, header.timestamp, client, request.header.operation, request.body);
+                    let user_id = self.client_table.get(client).map_or(0, |entry| entry.user_id);
+                    let reply = self.state_machine.apply(op, header.timestamp, &request.header, user_id, request.body);
                     let entry = ClientEntry {
                         session: request.header.session,
+                        user_id,
                         request: request.header.request,
                         reply_op: op,
                         reply_timestamp: header.timestamp,

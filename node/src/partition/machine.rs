@@ -1,0 +1,290 @@
+//! `PartitionMachine`: what one partition's VSR group replicates. It owns the partition's stamped
+//! batches (offsets dense from `first_offset` to `next_offset`) and its consumer offsets, and it
+//! stamps every batch it applies: the partition id, the next offsets, the prepare's timestamp and
+//! every checksum. Every replica applies the same prepares and so stamps the same bytes.
+//!
+//! Invariants (asserted after every apply): the batches are contiguous, their message counts sum
+//! to `next_offset - first_offset`, and `retained_bytes` is their total size, at most
+//! `RETAINED_BYTES_MAX` (beyond it the oldest batches go: retention by size).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use vireo_protocol::{Header, StateMachine};
+use vireo_storage::batch::{self, BatchHeader};
+use vireo_storage::checksum::checksum64;
+use vireo_storage::partition::PollingStrategy;
+
+use super::request::{
+    encode_poll_reply, encode_send_reply, encode_status, ConsumerKey, PartitionRequest, PartitionStatus, PollReply,
+    SendReply,
+};
+
+/// Bytes of batches a partition keeps; past it the oldest batches are dropped.
+pub const RETAINED_BYTES_MAX: u64 = 64 << 20;
+/// Consumer and group offsets one partition stores.
+pub const CONSUMERS_MAX: usize = 1024;
+/// Bytes of batches one poll returns at most (it always returns at least one whole batch).
+pub const POLL_BYTES_MAX: u64 = 256 << 10;
+/// Messages one poll may ask for.
+pub const POLL_COUNT_MAX: u32 = 100_000;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionMachine {
+    /// (base offset, stamped batch), oldest first.
+    batches: VecDeque<(u64, Vec<u8>)>,
+    first_offset: u64,
+    next_offset: u64,
+    retained_bytes: u64,
+    consumer_offsets: BTreeMap<ConsumerKey, u64>,
+    /// A chain over every applied request and its reply: equal digests, equal histories.
+    digest: u64,
+}
+
+impl PartitionMachine {
+    pub fn first_offset(&self) -> u64 {
+        self.first_offset
+    }
+
+    /// The offset the next message will get.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    pub fn retained_bytes(&self) -> u64 {
+        self.retained_bytes
+    }
+
+    pub fn consumer_offset(&self, consumer: ConsumerKey) -> Option<u64> {
+        self.consumer_offsets.get(&consumer).copied()
+    }
+
+    /// The stamped batches, oldest first.
+    pub fn batches(&self) -> impl Iterator<Item = &[u8]> {
+        self.batches.iter().map(|(_, bytes)| bytes.as_slice())
+    }
+
+    fn send(&mut self, partition: u32, mut bytes: Vec<u8>, timestamp_us: u64) -> Result<SendReply, PartitionStatus> {
+        let stamped = batch::stamp(&mut bytes, partition as u64, self.next_offset, timestamp_us)
+            .map_err(|_| PartitionStatus::InvalidBatch)?;
+        let count = stamped.header.message_count;
+        if count == 0 {
+            return Err(PartitionStatus::InvalidBatch);
+        }
+        let base_offset = self.next_offset;
+        self.next_offset += count as u64;
+        self.retained_bytes += bytes.len() as u64;
+        self.batches.push_back((base_offset, bytes));
+        while self.retained_bytes > RETAINED_BYTES_MAX && self.batches.len() > 1 {
+            let (_, oldest) = self.batches.pop_front().expect("more than one batch");
+            self.retained_bytes -= oldest.len() as u64;
+            self.first_offset = self.batches.front().expect("one left").0;
+        }
+        Ok(SendReply { partition, base_offset, message_count: count })
+    }
+
+    /// The first offset at or after `timestamp_us`, or the end.
+    fn offset_at_timestamp(&self, timestamp_us: u64) -> u64 {
+        for (_, bytes) in &self.batches {
+            let messages = batch::messages(bytes).expect("stored batches are valid");
+            if let Some(message) = messages.iter().find(|message| message.timestamp >= timestamp_us) {
+                return message.offset;
+            }
+        }
+        self.next_offset
+    }
+
+    fn poll(
+        &mut self,
+        partition: u32,
+        consumer: ConsumerKey,
+        strategy: PollingStrategy,
+        count: u32,
+        auto_commit: bool,
+    ) -> Result<PollReply, PartitionStatus> {
+        let count = count.min(POLL_COUNT_MAX);
+        let stored = self.consumer_offsets.get(&consumer).copied();
+        let start = match strategy {
+            PollingStrategy::Offset(offset) => offset,
+            PollingStrategy::Timestamp(timestamp) => self.offset_at_timestamp(timestamp),
+            PollingStrategy::First => self.first_offset,
+            PollingStrategy::Last => self.next_offset.saturating_sub(count as u64),
+            PollingStrategy::Next => stored.map_or(self.first_offset, |offset| offset + 1),
+        }
+        .max(self.first_offset);
+        let mut batches = Vec::new();
+        let mut end = start;
+        if count > 0 && start < self.next_offset {
+            let first = self.batches.partition_point(|(base, _)| *base <= start) - 1;
+            for (base, bytes) in self.batches.iter().skip(first) {
+                if end >= start + count as u64 || (!batches.is_empty() && (batches.len() + bytes.len()) as u64 > POLL_BYTES_MAX)
+                {
+                    break;
+                }
+                let header = BatchHeader::decode(bytes).expect("stored batches are valid");
+                debug_assert_eq!(header.base_offset, *base);
+                batches.extend_from_slice(bytes);
+                end = header.end_offset();
+            }
+        }
+        let delivered = end.saturating_sub(start).min(count as u64) as u32;
+        if auto_commit && delivered > 0 {
+            self.store_offset(consumer, start + delivered as u64 - 1)?;
+        }
+        let current_offset = self.next_offset.checked_sub(1).unwrap_or(u64::MAX);
+        Ok(PollReply { partition, current_offset, start, count: delivered, batches })
+    }
+
+    fn store_offset(&mut self, consumer: ConsumerKey, offset: u64) -> Result<(), PartitionStatus> {
+        if offset >= self.next_offset {
+            return Err(PartitionStatus::OffsetBeyondEnd);
+        }
+        if !self.consumer_offsets.contains_key(&consumer) && self.consumer_offsets.len() == CONSUMERS_MAX {
+            return Err(PartitionStatus::ConsumersFull);
+        }
+        self.consumer_offsets.insert(consumer, offset);
+        Ok(())
+    }
+
+    fn execute(&mut self, timestamp_us: u64, operation: u8, body: &[u8]) -> Vec<u8> {
+        let Ok(request) = PartitionRequest::decode(operation, body) else {
+            return encode_status(Some(PartitionStatus::Malformed));
+        };
+        match request {
+            PartitionRequest::Send { partition, batch } => match self.send(partition, batch, timestamp_us) {
+                Ok(reply) => encode_send_reply(&reply),
+                Err(status) => encode_status(Some(status)),
+            },
+            PartitionRequest::Poll { partition, consumer, strategy, count, auto_commit } => {
+                match self.poll(partition, consumer, strategy, count, auto_commit) {
+                    Ok(reply) => encode_poll_reply(&reply),
+                    Err(status) => encode_status(Some(status)),
+                }
+            }
+            PartitionRequest::StoreOffset { consumer, offset, .. } => {
+                encode_status(self.store_offset(consumer, offset).err())
+            }
+            PartitionRequest::DeleteOffset { consumer, .. } => {
+                let removed = self.consumer_offsets.remove(&consumer);
+                encode_status(removed.is_none().then_some(PartitionStatus::OffsetNotFound))
+            }
+        }
+    }
+
+    fn assert_invariants(&self) {
+        assert!(self.first_offset <= self.next_offset);
+        assert!(self.retained_bytes <= RETAINED_BYTES_MAX || self.batches.len() == 1);
+        assert!(self.consumer_offsets.len() <= CONSUMERS_MAX);
+        if let (Some((first, _)), Some((last, bytes))) = (self.batches.front(), self.batches.back()) {
+            assert_eq!(*first, self.first_offset);
+            let header = BatchHeader::decode(bytes).expect("stored batches are valid");
+            assert_eq!(header.base_offset, *last);
+            assert_eq!(header.end_offset(), self.next_offset);
+        } else {
+            assert_eq!(self.first_offset, self.next_offset);
+        }
+    }
+}
+
+impl StateMachine for PartitionMachine {
+    fn apply(&mut self, op: u64, timestamp: u64, request: &Header, _user_id: u32, body: &[u8]) -> Vec<u8> {
+        // Prepare timestamps are nanoseconds; message timestamps are microseconds.
+        let reply = self.execute(timestamp / 1000, request.operation, body);
+        let mut link = [0u8; 24];
+        link[..8].copy_from_slice(&self.digest.to_le_bytes());
+        link[8..16].copy_from_slice(&op.to_le_bytes());
+        link[16..].copy_from_slice(&checksum64(&reply).to_le_bytes());
+        self.digest = checksum64(&link);
+        self.assert_invariants();
+        reply
+    }
+
+    fn digest(&self) -> u64 {
+        self.digest
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(48 + self.retained_bytes as usize);
+        for word in [self.first_offset, self.next_offset, self.digest] {
+            bytes.extend_from_slice(&word.to_le_bytes());
+        }
+        bytes.extend_from_slice(&(self.batches.len() as u32).to_le_bytes());
+        for (_, batch) in &self.batches {
+            bytes.extend_from_slice(batch);
+        }
+        bytes.extend_from_slice(&(self.consumer_offsets.len() as u32).to_le_bytes());
+        for (consumer, offset) in &self.consumer_offsets {
+            let (kind, id) = match consumer {
+                ConsumerKey::Consumer(id) => (1u8, *id),
+                ConsumerKey::Group(id) => (2, *id),
+            };
+            bytes.push(kind);
+            bytes.extend_from_slice(&id.to_le_bytes());
+            bytes.extend_from_slice(&offset.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn restore(snapshot: &[u8]) -> Option<PartitionMachine> {
+        let mut cursor = Cursor { bytes: snapshot, at: 0 };
+        let first_offset = cursor.u64()?;
+        let next_offset = cursor.u64()?;
+        let digest = cursor.u64()?;
+        let batch_count = cursor.u32()?;
+        let mut machine = PartitionMachine { first_offset, next_offset, digest, ..PartitionMachine::default() };
+        let mut expected = first_offset;
+        for _ in 0..batch_count {
+            let header = BatchHeader::decode(snapshot.get(cursor.at..)?).ok()?;
+            let batch = cursor.take(usize::try_from(header.batch_length).ok()?)?.to_vec();
+            batch::validate(&batch).ok()?;
+            if header.base_offset != expected {
+                return None;
+            }
+            expected = header.end_offset();
+            machine.retained_bytes += batch.len() as u64;
+            machine.batches.push_back((header.base_offset, batch));
+        }
+        if expected != next_offset {
+            return None;
+        }
+        let consumers = cursor.u32()? as usize;
+        if consumers > CONSUMERS_MAX {
+            return None;
+        }
+        for _ in 0..consumers {
+            let kind = cursor.take(1)?[0];
+            let id = cursor.u32()?;
+            let offset = cursor.u64()?;
+            let consumer = match kind {
+                1 => ConsumerKey::Consumer(id),
+                2 => ConsumerKey::Group(id),
+                _ => return None,
+            };
+            machine.consumer_offsets.insert(consumer, offset);
+        }
+        (cursor.at == snapshot.len()).then_some(machine)
+    }
+
+    fn empty() -> PartitionMachine {
+        PartitionMachine::default()
+    }
+}
+
+/// Checked reads over a snapshot.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let slice = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(slice)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}

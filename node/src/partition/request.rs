@@ -1,0 +1,359 @@
+//! The partition plane's requests and replies, as they travel inside prepares: compact, fixed
+//! layouts that the node builds from a client's `PROTOCOL.md` request once it has routed it
+//! (stream and topic resolved, the partition chosen). All integers little-endian.
+//!
+//! - `OPERATION_SEND_MESSAGES` (160): partition u32, then one unstamped batch.
+//!   Reply: status u32, partition u32, base_offset u64, message_count u32.
+//! - `OPERATION_STORE_CONSUMER_OFFSET` (161): partition u32, consumer, offset u64. Reply: status.
+//! - `OPERATION_DELETE_CONSUMER_OFFSET` (162): partition u32, consumer. Reply: status.
+//! - `OPERATION_POLL_MESSAGES` (163): partition u32, consumer, strategy kind u8 + value u64,
+//!   count u32, auto_commit u8. Reply: status u32, partition u32, current_offset u64 (the
+//!   partition's last offset, or u64::MAX when empty), count u32 (messages delivered: offsets
+//!   start..start+count), start u64, then whole stamped batches that hold them.
+//!
+//! Polls are replicated requests too: a poll with auto-commit stores its consumer's offset in the
+//! same op that chose the messages, so a retried poll gets the same messages and never skips any.
+//! Consumer: kind u8 (1 consumer, 2 consumer group) + id u32.
+
+use thiserror::Error;
+use vireo_storage::partition::PollingStrategy;
+
+pub const OPERATION_SEND_MESSAGES: u8 = 160;
+pub const OPERATION_STORE_CONSUMER_OFFSET: u8 = 161;
+pub const OPERATION_DELETE_CONSUMER_OFFSET: u8 = 162;
+pub const OPERATION_POLL_MESSAGES: u8 = 163;
+
+/// Whose offset: a single consumer or a consumer group (their ids are separate spaces).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConsumerKey {
+    Consumer(u32),
+    Group(u32),
+}
+
+impl ConsumerKey {
+    fn encode(self, bytes: &mut Vec<u8>) {
+        let (kind, id) = match self {
+            ConsumerKey::Consumer(id) => (1u8, id),
+            ConsumerKey::Group(id) => (2, id),
+        };
+        bytes.push(kind);
+        bytes.extend_from_slice(&id.to_le_bytes());
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PartitionRequest {
+    Send { partition: u32, batch: Vec<u8> },
+    StoreOffset { partition: u32, consumer: ConsumerKey, offset: u64 },
+    DeleteOffset { partition: u32, consumer: ConsumerKey },
+    Poll { partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32, auto_commit: bool },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum RequestError {
+    #[error("body ends at byte {offset}: {what} needs more")]
+    Short { offset: usize, what: &'static str },
+    #[error("byte {offset}: invalid {what}")]
+    Invalid { offset: usize, what: &'static str },
+    #[error("operation {0} is not a partition operation")]
+    Operation(u8),
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    offset: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], RequestError> {
+        let end = self.offset.checked_add(n).filter(|end| *end <= self.bytes.len());
+        let end = end.ok_or(RequestError::Short { offset: self.offset, what })?;
+        let slice = &self.bytes[self.offset..end];
+        self.offset = end;
+        Ok(slice)
+    }
+    fn u8(&mut self, what: &'static str) -> Result<u8, RequestError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u32(&mut self, what: &'static str) -> Result<u32, RequestError> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+    fn u64(&mut self, what: &'static str) -> Result<u64, RequestError> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+    fn consumer(&mut self) -> Result<ConsumerKey, RequestError> {
+        let at = self.offset;
+        let kind = self.u8("consumer kind")?;
+        let id = self.u32("consumer id")?;
+        match kind {
+            1 => Ok(ConsumerKey::Consumer(id)),
+            2 => Ok(ConsumerKey::Group(id)),
+            _ => Err(RequestError::Invalid { offset: at, what: "consumer kind" }),
+        }
+    }
+    fn end(&self) -> Result<(), RequestError> {
+        if self.offset == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(RequestError::Invalid { offset: self.offset, what: "trailing bytes" })
+        }
+    }
+}
+
+impl PartitionRequest {
+    pub fn operation(&self) -> u8 {
+        match self {
+            PartitionRequest::Send { .. } => OPERATION_SEND_MESSAGES,
+            PartitionRequest::StoreOffset { .. } => OPERATION_STORE_CONSUMER_OFFSET,
+            PartitionRequest::DeleteOffset { .. } => OPERATION_DELETE_CONSUMER_OFFSET,
+            PartitionRequest::Poll { .. } => OPERATION_POLL_MESSAGES,
+        }
+    }
+
+    pub fn partition(&self) -> u32 {
+        match self {
+            PartitionRequest::Send { partition, .. }
+            | PartitionRequest::StoreOffset { partition, .. }
+            | PartitionRequest::DeleteOffset { partition, .. }
+            | PartitionRequest::Poll { partition, .. } => *partition,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&self.partition().to_le_bytes());
+        match self {
+            PartitionRequest::Send { batch, .. } => bytes.extend_from_slice(batch),
+            PartitionRequest::StoreOffset { consumer, offset, .. } => {
+                consumer.encode(&mut bytes);
+                bytes.extend_from_slice(&offset.to_le_bytes());
+            }
+            PartitionRequest::DeleteOffset { consumer, .. } => consumer.encode(&mut bytes),
+            PartitionRequest::Poll { consumer, strategy, count, auto_commit, .. } => {
+                consumer.encode(&mut bytes);
+                let (kind, value) = match *strategy {
+                    PollingStrategy::Offset(offset) => (1u8, offset),
+                    PollingStrategy::Timestamp(timestamp) => (2, timestamp),
+                    PollingStrategy::First => (3, 0),
+                    PollingStrategy::Last => (4, 0),
+                    PollingStrategy::Next => (5, 0),
+                };
+                bytes.push(kind);
+                bytes.extend_from_slice(&value.to_le_bytes());
+                bytes.extend_from_slice(&count.to_le_bytes());
+                bytes.push(*auto_commit as u8);
+            }
+        }
+        bytes
+    }
+
+    pub fn decode(operation: u8, body: &[u8]) -> Result<PartitionRequest, RequestError> {
+        let mut reader = Reader { bytes: body, offset: 0 };
+        let partition = reader.u32("partition")?;
+        let request = match operation {
+            OPERATION_SEND_MESSAGES => {
+                let batch = body[reader.offset..].to_vec();
+                reader.offset = body.len();
+                PartitionRequest::Send { partition, batch }
+            }
+            OPERATION_STORE_CONSUMER_OFFSET => {
+                let consumer = reader.consumer()?;
+                PartitionRequest::StoreOffset { partition, consumer, offset: reader.u64("offset")? }
+            }
+            OPERATION_DELETE_CONSUMER_OFFSET => PartitionRequest::DeleteOffset { partition, consumer: reader.consumer()? },
+            OPERATION_POLL_MESSAGES => {
+                let consumer = reader.consumer()?;
+                let at = reader.offset;
+                let kind = reader.u8("strategy kind")?;
+                let value = reader.u64("strategy value")?;
+                let strategy = match kind {
+                    1 => PollingStrategy::Offset(value),
+                    2 => PollingStrategy::Timestamp(value),
+                    3 => PollingStrategy::First,
+                    4 => PollingStrategy::Last,
+                    5 => PollingStrategy::Next,
+                    _ => return Err(RequestError::Invalid { offset: at, what: "strategy kind" }),
+                };
+                let count = reader.u32("count")?;
+                let at = reader.offset;
+                let auto_commit = match reader.u8("auto_commit")? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(RequestError::Invalid { offset: at, what: "auto_commit" }),
+                };
+                PartitionRequest::Poll { partition, consumer, strategy, count, auto_commit }
+            }
+            other => return Err(RequestError::Operation(other)),
+        };
+        reader.end()?;
+        Ok(request)
+    }
+}
+
+/// A partition reply's status word: 0 or one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+#[repr(u32)]
+pub enum PartitionStatus {
+    #[error("the request body is malformed")]
+    Malformed = 1,
+    #[error("the batch is invalid")]
+    InvalidBatch = 2,
+    #[error("the batch was stamped for another partition")]
+    WrongPartition = 3,
+    #[error("the partition holds as many consumer offsets as it may")]
+    ConsumersFull = 4,
+    #[error("no offset is stored for this consumer")]
+    OffsetNotFound = 5,
+    #[error("the offset is beyond the partition's end")]
+    OffsetBeyondEnd = 6,
+}
+
+impl PartitionStatus {
+    pub fn from_code(code: u32) -> Option<PartitionStatus> {
+        use PartitionStatus::*;
+        [Malformed, InvalidBatch, WrongPartition, ConsumersFull, OffsetNotFound, OffsetBeyondEnd]
+            .into_iter()
+            .find(|status| *status as u32 == code)
+    }
+}
+
+/// A decoded send reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendReply {
+    pub partition: u32,
+    pub base_offset: u64,
+    pub message_count: u32,
+}
+
+/// A decoded poll reply: `count` messages from `start`, inside whole `batches`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PollReply {
+    pub partition: u32,
+    pub current_offset: u64,
+    pub start: u64,
+    pub count: u32,
+    pub batches: Vec<u8>,
+}
+
+/// The status word of any partition reply; `Err` for a reply too short to hold one.
+pub fn reply_status(reply: &[u8]) -> Result<Option<PartitionStatus>, RequestError> {
+    let mut reader = Reader { bytes: reply, offset: 0 };
+    let code = reader.u32("status")?;
+    if code == 0 {
+        return Ok(None);
+    }
+    PartitionStatus::from_code(code).map(Some).ok_or(RequestError::Invalid { offset: 0, what: "status" })
+}
+
+pub fn encode_send_reply(reply: &SendReply) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(20);
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&reply.partition.to_le_bytes());
+    bytes.extend_from_slice(&reply.base_offset.to_le_bytes());
+    bytes.extend_from_slice(&reply.message_count.to_le_bytes());
+    bytes
+}
+
+pub fn decode_send_reply(reply: &[u8]) -> Result<SendReply, RequestError> {
+    let mut reader = Reader { bytes: reply, offset: 0 };
+    if reader.u32("status")? != 0 {
+        return Err(RequestError::Invalid { offset: 0, what: "status (not a success)" });
+    }
+    let decoded =
+        SendReply { partition: reader.u32("partition")?, base_offset: reader.u64("base_offset")?, message_count: reader.u32("count")? };
+    reader.end()?;
+    Ok(decoded)
+}
+
+pub fn encode_poll_reply(reply: &PollReply) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(28 + reply.batches.len());
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&reply.partition.to_le_bytes());
+    bytes.extend_from_slice(&reply.current_offset.to_le_bytes());
+    bytes.extend_from_slice(&reply.count.to_le_bytes());
+    bytes.extend_from_slice(&reply.start.to_le_bytes());
+    bytes.extend_from_slice(&reply.batches);
+    bytes
+}
+
+pub fn decode_poll_reply(reply: &[u8]) -> Result<PollReply, RequestError> {
+    let mut reader = Reader { bytes: reply, offset: 0 };
+    if reader.u32("status")? != 0 {
+        return Err(RequestError::Invalid { offset: 0, what: "status (not a success)" });
+    }
+    let partition = reader.u32("partition")?;
+    let current_offset = reader.u64("current_offset")?;
+    let count = reader.u32("count")?;
+    let start = reader.u64("start")?;
+    Ok(PollReply { partition, current_offset, start, count, batches: reply[reader.offset..].to_vec() })
+}
+
+pub fn encode_status(status: Option<PartitionStatus>) -> Vec<u8> {
+    status.map_or(0, |status| status as u32).to_le_bytes().to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn consumer() -> impl Strategy<Value = ConsumerKey> {
+        prop_oneof![any::<u32>().prop_map(ConsumerKey::Consumer), any::<u32>().prop_map(ConsumerKey::Group)]
+    }
+
+    fn request() -> impl Strategy<Value = PartitionRequest> {
+        let strategy = prop_oneof![
+            any::<u64>().prop_map(PollingStrategy::Offset),
+            any::<u64>().prop_map(PollingStrategy::Timestamp),
+            Just(PollingStrategy::First),
+            Just(PollingStrategy::Last),
+            Just(PollingStrategy::Next),
+        ];
+        prop_oneof![
+            (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64))
+                .prop_map(|(partition, batch)| PartitionRequest::Send { partition, batch }),
+            (any::<u32>(), consumer(), any::<u64>())
+                .prop_map(|(partition, consumer, offset)| PartitionRequest::StoreOffset { partition, consumer, offset }),
+            (any::<u32>(), consumer()).prop_map(|(partition, consumer)| PartitionRequest::DeleteOffset { partition, consumer }),
+            (any::<u32>(), consumer(), strategy, any::<u32>(), any::<bool>()).prop_map(
+                |(partition, consumer, strategy, count, auto_commit)| PartitionRequest::Poll {
+                    partition,
+                    consumer,
+                    strategy,
+                    count,
+                    auto_commit
+                }
+            ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn requests_round_trip(request in request()) {
+            let bytes = request.encode();
+            prop_assert_eq!(PartitionRequest::decode(request.operation(), &bytes), Ok(request));
+        }
+
+        #[test]
+        fn arbitrary_bodies_never_panic(operation in 158u8..166, body in proptest::collection::vec(any::<u8>(), 0..40)) {
+            if let Ok(request) = PartitionRequest::decode(operation, &body) {
+                prop_assert_eq!(request.encode(), body.clone());
+            }
+            let _ = decode_poll_reply(&body);
+            let _ = decode_send_reply(&body);
+            let _ = reply_status(&body);
+        }
+    }
+
+    #[test]
+    fn malformed_bodies_name_the_offset() {
+        assert_eq!(
+            PartitionRequest::decode(OPERATION_STORE_CONSUMER_OFFSET, &[0, 0, 0, 0, 3, 0, 0, 0, 0]),
+            Err(RequestError::Invalid { offset: 4, what: "consumer kind" })
+        );
+        assert_eq!(
+            PartitionRequest::decode(OPERATION_POLL_MESSAGES, &[1, 0]),
+            Err(RequestError::Short { offset: 0, what: "partition" })
+        );
+    }
+}
