@@ -62,7 +62,8 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         5 => (0u64..3, 0usize..3, 1usize..4, outcome)
             .prop_map(|(producer, partition, len, outcome)| Step::Send { producer, partition, len, outcome }),
-        4 => (0u64..3, 0usize..3, 0usize..5).prop_map(|(consumer, partition, max)| Step::Poll { consumer, partition, max }),
+        4 => (0u64..3, 0usize..3, 0usize..5)
+            .prop_map(|(consumer, partition, max)| Step::Poll { consumer, partition, max }),
         1 => (0u64..3, 0usize..3, any::<usize>())
             .prop_map(|(consumer, partition, from)| Step::Reset { consumer, partition, from }),
         1 => (0u64..3, 0usize..3, any::<usize>())
