@@ -10,6 +10,7 @@ pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod disk;
+pub mod kafka_log;
 pub mod local;
 pub mod network;
 pub mod partition_harness;

@@ -1,0 +1,943 @@
+//! The checker for a Kafka-like partitioned log, for the anomalies Jepsen's Kafka workload names.
+//! The simulation feeds it client observations as the run goes (sends and their outcomes, polls,
+//! consumer resets, committed group assignments), then a final read of every partition from
+//! offset 0, then calls `finish`. Every method that can see an anomaly at once returns it, so the
+//! run stops at the first violation; `finish` runs the checks that need the whole history.
+//!
+//! Model: a partition is a log of unique values (the workload's message ids) at offsets dense
+//! from 0, never trimmed. Because the log is dense, an observation of offset `o` proves that every
+//! offset below `o` exists: a reader that jumps over an offset skipped something real. A value
+//! is *committed* once an ack placed it or a poll returned it (consumers only see committed data).
+//!
+//! The rules, exactly:
+//! - `InconsistentOffsets`: two observations (acks, polls, the final read) put different values
+//!   at one offset of one partition. Checked at once.
+//! - `Duplicate`: one value observed at two places (two offsets, or two partitions), in any
+//!   mix of acks, polls and the final read. A value acknowledged at two different places is a
+//!   `Duplicate` too: it is the same fact (the value sits at two places), whoever reported it.
+//!   Checked at once; the offset check runs first, so a value moved onto an offset already
+//!   known to hold another value is `InconsistentOffsets`.
+//! - `NonmonotonicPoll`: a reader's run (per consumer and partition, since its last reset or
+//!   assignment) expects its next offset: the offset after the last one it was returned, or the
+//!   assigned start offset, or (with no position yet, after a reset) the offset the poll asked
+//!   from. A returned offset below the expected one went backwards. Checked at once, per message.
+//! - `PollSkip`: a returned offset above the expected one skipped the offsets in between, which
+//!   exist since the log is dense (so this needs no wait for the final read). Covers a gap inside
+//!   one poll and a gap between consecutive polls of a run. Checked at once.
+//! - The final read is a reader too: it must return offsets 0, 1, 2, ... (`PollSkip` and
+//!   `NonmonotonicPoll` with `Reader::FinalRead`), and its length is the log's length.
+//! - `NonmonotonicSend`: a producer's values acknowledged to one partition must sit at offsets
+//!   increasing in the order the producer sent them (its latest send of each value). Checked at once.
+//! - `LostWrite`: a committed value (acknowledged, or returned by a poll) at offset `o` of a
+//!   partition whose final read ends before `o`. (A final read holding another value at `o` is
+//!   `InconsistentOffsets`, holding the value elsewhere is `Duplicate`, both caught earlier.)
+//!   Checked at `finish`.
+//! - `Unseen`: for each partition, with H the highest offset any poll returned, an acknowledged
+//!   value at an offset <= H that no poll returned. Checked at `finish`.
+//! - `GroupOverlap`: in one committed assignment two members (or one member twice) own a
+//!   partition. `GroupUncovered`: in an assignment with at least one member, some partition in
+//!   `0..partitions_count` is owned by nobody, or a member owns a partition id >=
+//!   `partitions_count`. Checked at once.
+//! - Two more, beyond Jepsen's list, that the observations make free to check: `AbortedRead`, a
+//!   read (poll or final) of a value whose every send definitely failed; `UnknownValue`, a read
+//!   of a value no producer ever sent (a corrupted or invented message).
+//!
+//! Bounds: the checker keeps O(values + sends + consumer runs) state: one record per value, one
+//! entry per observed offset, one per acknowledged send, one position per (consumer, partition).
+//! Polls themselves are not kept. The simulation bounds the history (runs are short), so this is
+//! bounded by what it is given. It is pure: no I/O, no clock, no randomness; the anomaly reported
+//! first depends only on the order of observations, because `finish` walks `BTreeMap`s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+/// One partition of one topic of one stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionKey {
+    pub stream: u32,
+    pub topic: u32,
+    pub partition: u32,
+}
+
+impl fmt::Display for PartitionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream {} topic {} partition {}", self.stream, self.topic, self.partition)
+    }
+}
+
+/// A consumer group: (stream, topic, group).
+pub type GroupKey = (u32, u32, u32);
+
+/// Who reported an observation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The server's acknowledgement of a send by this producer.
+    Ack { producer: u64 },
+    /// A poll by this consumer.
+    Poll { consumer: u64 },
+    /// The final read of the partition.
+    FinalRead,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Ack { producer } => write!(f, "the ack to producer {producer}"),
+            Source::Poll { consumer } => write!(f, "a poll by consumer {consumer}"),
+            Source::FinalRead => write!(f, "the final read"),
+        }
+    }
+}
+
+/// Who read in order: a consumer's run, or the final read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reader {
+    Consumer(u64),
+    FinalRead,
+}
+
+impl fmt::Display for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reader::Consumer(consumer) => write!(f, "consumer {consumer}"),
+            Reader::FinalRead => write!(f, "the final read"),
+        }
+    }
+}
+
+/// A violation of the log's guarantees. Values print in hex.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Anomaly {
+    #[error(
+        "lost write: value {value:#x} at offset {offset} of {partition} (known from {known_from}) is missing from the final read, which holds {final_len} messages"
+    )]
+    LostWrite { partition: PartitionKey, offset: u64, value: u128, known_from: Source, final_len: u64 },
+    #[error(
+        "duplicate: value {value:#x} is at offset {first_offset} of {first_partition} (per {first_source}) and at offset {second_offset} of {second_partition} (per {second_source})"
+    )]
+    Duplicate {
+        value: u128,
+        first_partition: PartitionKey,
+        first_offset: u64,
+        first_source: Source,
+        second_partition: PartitionKey,
+        second_offset: u64,
+        second_source: Source,
+    },
+    #[error(
+        "inconsistent offsets: offset {offset} of {partition} holds value {first_value:#x} per {first_source} but value {second_value:#x} per {second_source}"
+    )]
+    InconsistentOffsets {
+        partition: PartitionKey,
+        offset: u64,
+        first_value: u128,
+        first_source: Source,
+        second_value: u128,
+        second_source: Source,
+    },
+    #[error(
+        "unseen: value {value:#x} was acknowledged at offset {offset} of {partition} but no poll returned it, though polls reached offset {highest_polled}"
+    )]
+    Unseen { partition: PartitionKey, offset: u64, value: u128, highest_polled: u64 },
+    #[error("poll skip: {reader} reading {partition} expected offset {expected} next but was returned offset {offset}, skipping {} offsets", offset - expected)]
+    PollSkip { reader: Reader, partition: PartitionKey, expected: u64, offset: u64 },
+    #[error(
+        "nonmonotonic poll: {reader} reading {partition} expected offset {expected} or later but was returned offset {offset}"
+    )]
+    NonmonotonicPoll { reader: Reader, partition: PartitionKey, expected: u64, offset: u64 },
+    #[error(
+        "nonmonotonic send: producer {producer} sent value {earlier_value:#x} before value {later_value:#x}, but {partition} acknowledged them at offsets {earlier_offset} and {later_offset}"
+    )]
+    NonmonotonicSend {
+        producer: u64,
+        partition: PartitionKey,
+        earlier_value: u128,
+        earlier_offset: u64,
+        later_value: u128,
+        later_offset: u64,
+    },
+    #[error(
+        "group overlap: in the assignment committed at {at} of group {group:?}, members {first_member:#x} and {second_member:#x} both own partition {partition}"
+    )]
+    GroupOverlap { at: u64, group: GroupKey, partition: u32, first_member: u128, second_member: u128 },
+    #[error(
+        "group uncovered: in the assignment committed at {at} of group {group:?} with {partitions_count} partitions, partition {partition} {}",
+        match owner { Some(owner) => format!("is owned by member {owner:#x} but does not exist"), None => "is owned by no member".to_string() }
+    )]
+    GroupUncovered { at: u64, group: GroupKey, partitions_count: u32, partition: u32, owner: Option<u128> },
+    #[error(
+        "aborted read: value {value:#x} at offset {offset} of {partition} (per {reported_by}) was never written: every send of it definitely failed"
+    )]
+    AbortedRead { partition: PartitionKey, offset: u64, value: u128, reported_by: Source },
+    #[error(
+        "unknown value: offset {offset} of {partition} holds value {value:#x} (per {reported_by}) that no producer sent"
+    )]
+    UnknownValue { partition: PartitionKey, offset: u64, value: u128, reported_by: Source },
+}
+
+/// What the checker saw, for the run's report (and for tests to prove a history was exercised).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckSummary {
+    pub sends_invoked: u64,
+    pub sends_acked: u64,
+    pub sends_failed: u64,
+    pub sends_indeterminate: u64,
+    /// Values acknowledged (counting each value once).
+    pub values_acked: u64,
+    pub polls_checked: u64,
+    /// Messages returned by all polls, repeats included.
+    pub messages_polled: u64,
+    /// Distinct values some poll returned.
+    pub values_polled: u64,
+    pub partitions_read: u64,
+    /// Messages in all final reads.
+    pub values_final: u64,
+    pub assignments_checked: u64,
+}
+
+/// The latest send attempt's outcome for a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SendOutcome {
+    InFlight,
+    Acked,
+    Failed,
+    Indeterminate,
+}
+
+struct ValueRecord {
+    producer: u64,
+    /// The producer's send number of the latest send carrying this value: a retry counts from
+    /// the retry, since that is the send the producer ordered after its previous ones.
+    send: u64,
+    outcome: SendOutcome,
+    /// Some send of the value was acknowledged or timed out: only when none was is a failure
+    /// proof that the value was never written.
+    maybe_written: bool,
+    acked: bool,
+    /// Where the value was first observed.
+    place: Option<(PartitionKey, u64, Source)>,
+}
+
+struct OffsetRecord {
+    value: u128,
+    /// The first observation of this offset, named in anomalies.
+    source: Source,
+    acked: bool,
+    polled: bool,
+}
+
+#[derive(Default)]
+struct PartitionRecord {
+    offsets: BTreeMap<u64, OffsetRecord>,
+    highest_polled: Option<u64>,
+    /// The final read's length, once read.
+    final_len: Option<u64>,
+}
+
+/// An acknowledged send's extent in one partition: the lowest and highest offsets (with values)
+/// of its values there.
+#[derive(Clone, Copy)]
+struct SendExtent {
+    first: (u64, u128),
+    last: (u64, u128),
+}
+
+struct ProducerRecord {
+    sends: u64,
+    in_flight: bool,
+}
+
+pub struct KafkaLogChecker {
+    values: HashMap<u128, ValueRecord>,
+    partitions: BTreeMap<PartitionKey, PartitionRecord>,
+    producers: HashMap<u64, ProducerRecord>,
+    /// (producer, partition) -> send number -> extent: the order the producer sent in, against
+    /// the offsets the partition gave.
+    send_order: HashMap<(u64, PartitionKey), BTreeMap<u64, SendExtent>>,
+    /// (consumer, partition) -> the next offset the run expects, if it has a position.
+    positions: HashMap<(u64, PartitionKey), Option<u64>>,
+    summary: CheckSummary,
+}
+
+impl Default for KafkaLogChecker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KafkaLogChecker {
+    pub fn new() -> KafkaLogChecker {
+        KafkaLogChecker {
+            values: HashMap::new(),
+            partitions: BTreeMap::new(),
+            producers: HashMap::new(),
+            send_order: HashMap::new(),
+            positions: HashMap::new(),
+            summary: CheckSummary::default(),
+        }
+    }
+
+    /// The counts so far.
+    pub fn summary(&self) -> &CheckSummary {
+        &self.summary
+    }
+
+    /// A producer sends a batch. The producer is sequential: the previous batch must have an
+    /// outcome. A value may be sent again only by the same producer (a retry).
+    pub fn send_invoked(&mut self, producer: u64, values: &[u128]) -> Result<(), Anomaly> {
+        let record = self.producers.entry(producer).or_insert(ProducerRecord { sends: 0, in_flight: false });
+        assert!(!record.in_flight, "producer {producer} sent a batch before its previous one had an outcome");
+        record.sends += 1;
+        record.in_flight = true;
+        let send = record.sends;
+        self.summary.sends_invoked += 1;
+        for &value in values {
+            let record = self.values.entry(value).or_insert(ValueRecord {
+                producer,
+                send,
+                outcome: SendOutcome::InFlight,
+                maybe_written: false,
+                acked: false,
+                place: None,
+            });
+            assert_eq!(
+                record.producer, producer,
+                "value {value:#x} sent by two producers: the workload's ids must be unique"
+            );
+            record.send = send;
+            if record.outcome != SendOutcome::Acked {
+                record.outcome = SendOutcome::InFlight;
+            }
+        }
+        Ok(())
+    }
+
+    /// The server acknowledged a batch: `values[i]` is at `base_offset + i` of `partition`.
+    pub fn send_acked(
+        &mut self,
+        producer: u64,
+        partition: PartitionKey,
+        base_offset: u64,
+        values: &[u128],
+    ) -> Result<(), Anomaly> {
+        self.send_outcome(producer, values, SendOutcome::Acked);
+        self.summary.sends_acked += 1;
+        for (index, &value) in values.iter().enumerate() {
+            let offset = base_offset + index as u64;
+            self.observe(partition, offset, value, Source::Ack { producer })?;
+            self.partitions.get_mut(&partition).expect("observed").offsets.get_mut(&offset).expect("observed").acked =
+                true;
+            let record = self.values.get_mut(&value).expect("checked by send_outcome");
+            if !record.acked {
+                record.acked = true;
+                self.summary.values_acked += 1;
+            }
+            let send = record.send;
+            self.check_send_order(producer, partition, send, offset, value)?;
+        }
+        Ok(())
+    }
+
+    /// The batch was definitely not written (rejected before commit).
+    pub fn send_failed(&mut self, producer: u64, values: &[u128]) -> Result<(), Anomaly> {
+        self.send_outcome(producer, values, SendOutcome::Failed);
+        self.summary.sends_failed += 1;
+        for value in values {
+            let record = &self.values[value];
+            if let (false, Some((partition, offset, source))) = (record.maybe_written, record.place) {
+                return Err(Anomaly::AbortedRead { partition, offset, value: *value, reported_by: source });
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch timed out: it may or may not have been written.
+    pub fn send_indeterminate(&mut self, producer: u64, values: &[u128]) -> Result<(), Anomaly> {
+        self.send_outcome(producer, values, SendOutcome::Indeterminate);
+        self.summary.sends_indeterminate += 1;
+        Ok(())
+    }
+
+    fn send_outcome(&mut self, producer: u64, values: &[u128], outcome: SendOutcome) {
+        let record = self.producers.get_mut(&producer).expect("an outcome for a producer that never sent");
+        record.in_flight = false;
+        for value in values {
+            let record = self.values.get_mut(value).expect("an outcome for a value never sent");
+            assert_eq!(record.producer, producer, "value {value:#x} belongs to producer {}", record.producer);
+            // An ack stays an ack: a later retry's failure does not unwrite it.
+            if record.outcome != SendOutcome::Acked {
+                record.outcome = outcome;
+            }
+            record.maybe_written |= matches!(outcome, SendOutcome::Acked | SendOutcome::Indeterminate);
+        }
+    }
+
+    /// The producer's earlier sends to this partition must sit below `offset`, its later ones above.
+    fn check_send_order(
+        &mut self,
+        producer: u64,
+        partition: PartitionKey,
+        send: u64,
+        offset: u64,
+        value: u128,
+    ) -> Result<(), Anomaly> {
+        let order = self.send_order.entry((producer, partition)).or_default();
+        let anomaly = |earlier: (u64, u128), later: (u64, u128)| Anomaly::NonmonotonicSend {
+            producer,
+            partition,
+            earlier_value: earlier.1,
+            earlier_offset: earlier.0,
+            later_value: later.1,
+            later_offset: later.0,
+        };
+        if let Some((_, before)) = order.range(..send).next_back() {
+            if before.last.0 >= offset {
+                return Err(anomaly(before.last, (offset, value)));
+            }
+        }
+        if let Some((_, after)) = order.range(send + 1..).next() {
+            if after.first.0 <= offset {
+                return Err(anomaly((offset, value), after.first));
+            }
+        }
+        let extent = order.entry(send).or_insert(SendExtent { first: (offset, value), last: (offset, value) });
+        if offset < extent.first.0 {
+            extent.first = (offset, value);
+        }
+        if offset > extent.last.0 {
+            extent.last = (offset, value);
+        }
+        Ok(())
+    }
+
+    /// What one poll returned, in order. `from_offset` is the offset the consumer asked from.
+    pub fn polled(
+        &mut self,
+        consumer: u64,
+        partition: PartitionKey,
+        from_offset: u64,
+        messages: &[(u64, u128)],
+    ) -> Result<(), Anomaly> {
+        self.summary.polls_checked += 1;
+        self.summary.messages_polled += messages.len() as u64;
+        let position = self.positions.entry((consumer, partition)).or_insert(None);
+        // With no position (a fresh or reset run) the consumer chose where to start: the server
+        // must start there.
+        let mut expected = position.unwrap_or(from_offset);
+        let reader = Reader::Consumer(consumer);
+        for &(offset, _) in messages {
+            check_next(reader, partition, expected, offset)?;
+            expected = offset + 1;
+        }
+        if !messages.is_empty() {
+            *position = Some(expected);
+        }
+        for &(offset, value) in messages {
+            self.observe(partition, offset, value, Source::Poll { consumer })?;
+            let record = self.partitions.get_mut(&partition).expect("observed");
+            let entry = record.offsets.get_mut(&offset).expect("observed");
+            if !entry.polled {
+                entry.polled = true;
+                self.summary.values_polled += 1;
+            }
+            record.highest_polled = Some(record.highest_polled.map_or(offset, |high| high.max(offset)));
+        }
+        Ok(())
+    }
+
+    /// The consumer restarts reading `partition` from wherever its next poll asks.
+    pub fn consumer_reset(&mut self, consumer: u64, partition: PartitionKey) {
+        self.positions.insert((consumer, partition), None);
+    }
+
+    /// The consumer restarts reading `partition` at `start_offset` (a rebalance or restart
+    /// fetched its group's stored offset).
+    pub fn consumer_assigned(&mut self, consumer: u64, partition: PartitionKey, start_offset: u64) {
+        self.positions.insert((consumer, partition), Some(start_offset));
+    }
+
+    /// The whole partition, read from offset 0 at the end of the run. Once per partition.
+    pub fn final_read(&mut self, partition: PartitionKey, messages: &[(u64, u128)]) -> Result<(), Anomaly> {
+        let record = self.partitions.entry(partition).or_default();
+        assert!(record.final_len.is_none(), "{partition} read twice at the end");
+        record.final_len = Some(messages.len() as u64);
+        self.summary.partitions_read += 1;
+        self.summary.values_final += messages.len() as u64;
+        let mut expected = 0;
+        for &(offset, value) in messages {
+            check_next(Reader::FinalRead, partition, expected, offset)?;
+            expected = offset + 1;
+            self.observe(partition, offset, value, Source::FinalRead)?;
+        }
+        Ok(())
+    }
+
+    /// A committed assignment of a group's partitions to its members.
+    pub fn group_assignment(
+        &mut self,
+        at: u64,
+        group: GroupKey,
+        partitions_count: u32,
+        assignment: &BTreeMap<u128, Vec<u32>>,
+    ) -> Result<(), Anomaly> {
+        self.summary.assignments_checked += 1;
+        let mut owners: BTreeMap<u32, u128> = BTreeMap::new();
+        for (&member, partitions) in assignment {
+            for &partition in partitions {
+                if partition >= partitions_count {
+                    return Err(Anomaly::GroupUncovered {
+                        at,
+                        group,
+                        partitions_count,
+                        partition,
+                        owner: Some(member),
+                    });
+                }
+                if let Some(&first_member) = owners.get(&partition) {
+                    return Err(Anomaly::GroupOverlap { at, group, partition, first_member, second_member: member });
+                }
+                owners.insert(partition, member);
+            }
+        }
+        if assignment.is_empty() {
+            return Ok(());
+        }
+        // The owned ids are below partitions_count and distinct: the first id whose rank differs
+        // from it is the first unowned one; with none, the ids past the last owned one are.
+        let unowned = owners.keys().zip(0u32..).find(|(id, rank)| *id != rank).map(|(_, rank)| rank);
+        let unowned = unowned.or((owners.len() < partitions_count as usize).then_some(owners.len() as u32));
+        match unowned {
+            Some(partition) => Err(Anomaly::GroupUncovered { at, group, partitions_count, partition, owner: None }),
+            None => Ok(()),
+        }
+    }
+
+    /// The end-of-history checks: lost writes, then unseen values. Every partition observed must
+    /// have had its final read.
+    pub fn finish(&self) -> Result<CheckSummary, Anomaly> {
+        for (partition, record) in &self.partitions {
+            let final_len =
+                record.final_len.unwrap_or_else(|| panic!("{partition} was observed but never read at the end"));
+            if let Some((&offset, entry)) = record.offsets.range(final_len..).next() {
+                return Err(Anomaly::LostWrite {
+                    partition: *partition,
+                    offset,
+                    value: entry.value,
+                    known_from: entry.source,
+                    final_len,
+                });
+            }
+        }
+        for (partition, record) in &self.partitions {
+            let Some(highest_polled) = record.highest_polled else { continue };
+            if let Some((&offset, entry)) =
+                record.offsets.range(..=highest_polled).find(|(_, entry)| entry.acked && !entry.polled)
+            {
+                return Err(Anomaly::Unseen { partition: *partition, offset, value: entry.value, highest_polled });
+            }
+        }
+        Ok(self.summary.clone())
+    }
+
+    /// One observation of `value` at `offset` of `partition`: it must be a value some producer
+    /// sent and did not definitely fail, agree with what the offset is known to hold, and be
+    /// the only place the value is known at.
+    fn observe(&mut self, partition: PartitionKey, offset: u64, value: u128, source: Source) -> Result<(), Anomaly> {
+        let Some(record) = self.values.get_mut(&value) else {
+            return Err(Anomaly::UnknownValue { partition, offset, value, reported_by: source });
+        };
+        if record.outcome == SendOutcome::Failed && !record.maybe_written {
+            return Err(Anomaly::AbortedRead { partition, offset, value, reported_by: source });
+        }
+        let offsets = &mut self.partitions.entry(partition).or_default().offsets;
+        if let Some(known) = offsets.get(&offset) {
+            if known.value != value {
+                return Err(Anomaly::InconsistentOffsets {
+                    partition,
+                    offset,
+                    first_value: known.value,
+                    first_source: known.source,
+                    second_value: value,
+                    second_source: source,
+                });
+            }
+        }
+        match record.place {
+            Some((first_partition, first_offset, first_source)) => {
+                if (first_partition, first_offset) != (partition, offset) {
+                    return Err(Anomaly::Duplicate {
+                        value,
+                        first_partition,
+                        first_offset,
+                        first_source,
+                        second_partition: partition,
+                        second_offset: offset,
+                        second_source: source,
+                    });
+                }
+            }
+            None => record.place = Some((partition, offset, source)),
+        }
+        offsets.entry(offset).or_insert(OffsetRecord { value, source, acked: false, polled: false });
+        Ok(())
+    }
+}
+
+/// A reader expecting `expected` next was returned `offset`.
+fn check_next(reader: Reader, partition: PartitionKey, expected: u64, offset: u64) -> Result<(), Anomaly> {
+    if offset < expected {
+        return Err(Anomaly::NonmonotonicPoll { reader, partition, expected, offset });
+    }
+    if offset > expected {
+        return Err(Anomaly::PollSkip { reader, partition, expected, offset });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P0: PartitionKey = PartitionKey { stream: 1, topic: 1, partition: 0 };
+    const P1: PartitionKey = PartitionKey { stream: 1, topic: 1, partition: 1 };
+    const Q0: PartitionKey = PartitionKey { stream: 2, topic: 7, partition: 0 };
+
+    /// Producer sends `values` and the server acknowledges them at `base`.
+    fn produce(checker: &mut KafkaLogChecker, producer: u64, partition: PartitionKey, base: u64, values: &[u128]) {
+        checker.send_invoked(producer, values).unwrap();
+        checker.send_acked(producer, partition, base, values).unwrap();
+    }
+
+    fn at(base: u64, values: &[u128]) -> Vec<(u64, u128)> {
+        values.iter().enumerate().map(|(index, value)| (base + index as u64, *value)).collect()
+    }
+
+    /// Three producers, three partitions over two streams, consumers with resets and
+    /// assignments, a timed-out batch that was written and one that was not, a rejected batch,
+    /// a retry, a committed assignment: nothing to report.
+    #[test]
+    fn a_clean_history_passes() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        produce(&mut checker, 2, P0, 2, &[20]);
+        produce(&mut checker, 3, Q0, 0, &[30, 31, 32]);
+        checker.polled(100, P0, 0, &at(0, &[10, 11])).unwrap();
+        // A timed-out batch that did land, and one that did not.
+        checker.send_invoked(1, &[12, 13]).unwrap();
+        checker.send_indeterminate(1, &[12, 13]).unwrap();
+        checker.send_invoked(2, &[21]).unwrap();
+        checker.send_indeterminate(2, &[21]).unwrap();
+        // A rejected batch, then its retry with the same ids, acknowledged.
+        checker.send_invoked(3, &[33]).unwrap();
+        checker.send_failed(3, &[33]).unwrap();
+        checker.send_invoked(3, &[33]).unwrap();
+        checker.send_acked(3, P1, 0, &[33]).unwrap();
+        produce(&mut checker, 1, P0, 5, &[14]);
+        checker.polled(100, P0, 2, &at(2, &[20, 12])).unwrap();
+        checker.polled(100, P0, 4, &[]).unwrap();
+        checker.polled(100, P0, 4, &at(4, &[13, 14])).unwrap();
+        // Consumer 101 starts late, is reset and rereads from the start, then is assigned the
+        // partition at its group's stored offset.
+        checker.polled(101, P0, 3, &at(3, &[12])).unwrap();
+        checker.consumer_reset(101, P0);
+        checker.polled(101, P0, 0, &at(0, &[10, 11, 20])).unwrap();
+        checker.consumer_assigned(101, P0, 1);
+        checker.polled(101, P0, 1, &at(1, &[11])).unwrap();
+        checker.polled(101, Q0, 0, &at(0, &[30, 31, 32])).unwrap();
+        checker.polled(102, P1, 0, &at(0, &[33])).unwrap();
+        let assignment = BTreeMap::from([(7, vec![0, 2]), (8, vec![1]), (9, vec![])]);
+        checker.group_assignment(40, (1, 1, 1), 3, &assignment).unwrap();
+        checker.group_assignment(41, (1, 1, 2), 3, &BTreeMap::new()).unwrap();
+        checker.final_read(P0, &at(0, &[10, 11, 20, 12, 13, 14])).unwrap();
+        checker.final_read(P1, &at(0, &[33])).unwrap();
+        checker.final_read(Q0, &at(0, &[30, 31, 32])).unwrap();
+        let summary = checker.finish().unwrap();
+        assert_eq!(summary.sends_invoked, 8);
+        assert_eq!(summary.sends_acked, 5);
+        assert_eq!(summary.values_acked, 8);
+        assert_eq!(summary.values_polled, 10);
+        assert_eq!(summary.values_final, 10);
+        assert_eq!(summary.assignments_checked, 2);
+    }
+
+    #[test]
+    fn an_acknowledged_value_missing_from_the_final_read_is_a_lost_write() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        produce(&mut checker, 2, P0, 2, &[20]);
+        checker.final_read(P0, &at(0, &[10, 11])).unwrap();
+        let anomaly = checker.finish().unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::LostWrite {
+                partition: P0,
+                offset: 2,
+                value: 20,
+                known_from: Source::Ack { producer: 2 },
+                final_len: 2
+            }
+        );
+        assert_eq!(
+            anomaly.to_string(),
+            "lost write: value 0x14 at offset 2 of stream 1 topic 1 partition 0 (known from the ack to producer 2) is missing from the final read, which holds 2 messages"
+        );
+    }
+
+    #[test]
+    fn a_polled_value_missing_from_the_final_read_is_a_lost_write() {
+        let mut checker = KafkaLogChecker::new();
+        checker.send_invoked(1, &[10]).unwrap();
+        checker.send_indeterminate(1, &[10]).unwrap();
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        checker.final_read(P0, &[]).unwrap();
+        assert!(matches!(checker.finish(), Err(Anomaly::LostWrite { offset: 0, value: 10, .. })));
+    }
+
+    #[test]
+    fn a_value_at_two_offsets_is_a_duplicate() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        let anomaly = checker.polled(100, P0, 0, &at(0, &[10, 11, 10])).unwrap_err();
+        assert!(
+            matches!(anomaly, Anomaly::Duplicate { value: 10, first_offset: 0, second_offset: 2, .. }),
+            "{anomaly}"
+        );
+    }
+
+    #[test]
+    fn a_value_in_two_partitions_is_a_duplicate() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10]);
+        checker.final_read(P0, &at(0, &[10])).unwrap();
+        let anomaly = checker.final_read(P1, &at(0, &[10])).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::Duplicate { first_partition: P0, second_partition: P1, .. }), "{anomaly}");
+    }
+
+    #[test]
+    fn a_value_acknowledged_at_two_places_is_a_duplicate() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10]);
+        // The producer retries the same id and the server writes it again.
+        checker.send_invoked(1, &[10]).unwrap();
+        let anomaly = checker.send_acked(1, P0, 1, &[10]).unwrap_err();
+        assert!(
+            matches!(anomaly, Anomaly::Duplicate { value: 10, first_offset: 0, second_offset: 1, .. }),
+            "{anomaly}"
+        );
+    }
+
+    #[test]
+    fn a_retry_acknowledged_at_the_same_place_is_fine() {
+        let mut checker = KafkaLogChecker::new();
+        checker.send_invoked(1, &[10]).unwrap();
+        checker.send_indeterminate(1, &[10]).unwrap();
+        checker.send_invoked(1, &[10]).unwrap();
+        checker.send_acked(1, P0, 0, &[10]).unwrap();
+        checker.final_read(P0, &at(0, &[10])).unwrap();
+        checker.finish().unwrap();
+    }
+
+    #[test]
+    fn two_values_at_one_offset_are_inconsistent_offsets() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10]);
+        produce(&mut checker, 2, P0, 1, &[20]);
+        // A poll sees the ack's offsets with other values.
+        let anomaly = checker.polled(100, P0, 0, &at(0, &[20])).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::InconsistentOffsets {
+                partition: P0,
+                offset: 0,
+                first_value: 10,
+                first_source: Source::Ack { producer: 1 },
+                second_value: 20,
+                second_source: Source::Poll { consumer: 100 },
+            }
+        );
+    }
+
+    #[test]
+    fn two_acks_at_one_offset_are_inconsistent_offsets() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10]);
+        checker.send_invoked(2, &[20]).unwrap();
+        let anomaly = checker.send_acked(2, P0, 0, &[20]).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::InconsistentOffsets { offset: 0, first_value: 10, second_value: 20, .. }));
+    }
+
+    #[test]
+    fn an_acknowledged_value_below_what_polls_reached_but_never_polled_is_unseen() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        produce(&mut checker, 1, P1, 0, &[13]);
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        checker.consumer_assigned(100, P0, 2);
+        checker.polled(100, P0, 2, &at(2, &[12])).unwrap();
+        checker.final_read(P0, &at(0, &[10, 11, 12])).unwrap();
+        // P1 was never polled: its value is not unseen, only not yet read.
+        checker.final_read(P1, &at(0, &[13])).unwrap();
+        let anomaly = checker.finish().unwrap_err();
+        assert_eq!(anomaly, Anomaly::Unseen { partition: P0, offset: 1, value: 11, highest_polled: 2 });
+    }
+
+    #[test]
+    fn a_gap_inside_one_poll_is_a_poll_skip() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        let anomaly = checker.polled(100, P0, 0, &[(0, 10), (2, 12)]).unwrap_err();
+        assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::Consumer(100), partition: P0, expected: 1, offset: 2 });
+    }
+
+    #[test]
+    fn a_gap_between_two_polls_is_a_poll_skip() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        let anomaly = checker.polled(100, P0, 1, &at(2, &[12])).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::PollSkip { expected: 1, offset: 2, .. }), "{anomaly}");
+    }
+
+    #[test]
+    fn a_poll_that_starts_past_the_assigned_offset_is_a_poll_skip() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        checker.consumer_assigned(100, P0, 1);
+        let anomaly = checker.polled(100, P0, 1, &at(2, &[12])).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::PollSkip { expected: 1, offset: 2, .. }), "{anomaly}");
+    }
+
+    #[test]
+    fn a_final_read_with_a_hole_is_a_poll_skip() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        let anomaly = checker.final_read(P0, &[(1, 11)]).unwrap_err();
+        assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::FinalRead, partition: P0, expected: 0, offset: 1 });
+    }
+
+    #[test]
+    fn a_poll_going_backwards_is_a_nonmonotonic_poll() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        checker.polled(100, P0, 0, &at(0, &[10, 11])).unwrap();
+        let anomaly = checker.polled(100, P0, 2, &at(1, &[11, 12])).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::NonmonotonicPoll { reader: Reader::Consumer(100), partition: P0, expected: 2, offset: 1 }
+        );
+        // The same reread after a reset is legitimate.
+        checker.consumer_reset(100, P0);
+        checker.polled(100, P0, 1, &at(1, &[11, 12])).unwrap();
+    }
+
+    #[test]
+    fn offsets_out_of_order_inside_one_poll_are_a_nonmonotonic_poll() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        let anomaly = checker.polled(100, P0, 0, &[(0, 10), (1, 11), (1, 11)]).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::NonmonotonicPoll { expected: 2, offset: 1, .. }), "{anomaly}");
+    }
+
+    #[test]
+    fn acks_out_of_send_order_are_a_nonmonotonic_send() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 5, &[10, 11]);
+        // Another producer's batch in between is fine, and so is the same producer elsewhere.
+        produce(&mut checker, 2, P0, 7, &[20]);
+        produce(&mut checker, 1, P1, 0, &[12]);
+        checker.send_invoked(1, &[13]).unwrap();
+        let anomaly = checker.send_acked(1, P0, 3, &[13]).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::NonmonotonicSend {
+                producer: 1,
+                partition: P0,
+                earlier_value: 11,
+                earlier_offset: 6,
+                later_value: 13,
+                later_offset: 3,
+            }
+        );
+    }
+
+    #[test]
+    fn a_late_ack_of_an_earlier_send_is_held_to_its_send_order() {
+        let mut checker = KafkaLogChecker::new();
+        checker.send_invoked(1, &[10]).unwrap();
+        checker.send_indeterminate(1, &[10]).unwrap();
+        produce(&mut checker, 1, P0, 0, &[11]);
+        // The first send's ack arrives after the second's, at a later offset.
+        let anomaly = checker.send_acked(1, P0, 1, &[10]).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::NonmonotonicSend { earlier_value: 10, later_value: 11, .. }), "{anomaly}");
+    }
+
+    #[test]
+    fn two_members_owning_one_partition_are_a_group_overlap() {
+        let mut checker = KafkaLogChecker::new();
+        let assignment = BTreeMap::from([(7, vec![0, 1]), (8, vec![1, 2])]);
+        let anomaly = checker.group_assignment(12, (1, 1, 3), 3, &assignment).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::GroupOverlap { at: 12, group: (1, 1, 3), partition: 1, first_member: 7, second_member: 8 }
+        );
+        let twice = BTreeMap::from([(7, vec![0, 0, 1])]);
+        assert!(matches!(checker.group_assignment(13, (1, 1, 3), 2, &twice), Err(Anomaly::GroupOverlap { .. })));
+    }
+
+    #[test]
+    fn a_partition_owned_by_nobody_is_group_uncovered() {
+        let mut checker = KafkaLogChecker::new();
+        let assignment = BTreeMap::from([(7, vec![0]), (8, vec![2])]);
+        let anomaly = checker.group_assignment(12, (1, 1, 3), 4, &assignment).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::GroupUncovered { at: 12, group: (1, 1, 3), partitions_count: 4, partition: 1, owner: None }
+        );
+        let tail = BTreeMap::from([(7, vec![0, 1])]);
+        let anomaly = checker.group_assignment(13, (1, 1, 3), 3, &tail).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::GroupUncovered { partition: 2, owner: None, .. }), "{anomaly}");
+        let no_partitions = BTreeMap::from([(7, vec![])]);
+        let anomaly = checker.group_assignment(14, (1, 1, 3), 1, &no_partitions).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::GroupUncovered { partition: 0, .. }), "{anomaly}");
+    }
+
+    #[test]
+    fn a_member_owning_a_partition_that_does_not_exist_is_group_uncovered() {
+        let mut checker = KafkaLogChecker::new();
+        let assignment = BTreeMap::from([(7, vec![0, 1]), (8, vec![2])]);
+        let anomaly = checker.group_assignment(12, (1, 1, 3), 2, &assignment).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::GroupUncovered { at: 12, group: (1, 1, 3), partitions_count: 2, partition: 2, owner: Some(8) }
+        );
+        assert_eq!(
+            anomaly.to_string(),
+            "group uncovered: in the assignment committed at 12 of group (1, 1, 3) with 2 partitions, partition 2 is owned by member 0x8 but does not exist"
+        );
+    }
+
+    #[test]
+    fn reading_a_value_whose_send_failed_is_an_aborted_read() {
+        let mut checker = KafkaLogChecker::new();
+        checker.send_invoked(1, &[10]).unwrap();
+        checker.send_failed(1, &[10]).unwrap();
+        let anomaly = checker.polled(100, P0, 0, &at(0, &[10])).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::AbortedRead { value: 10, reported_by: Source::Poll { consumer: 100 }, .. }));
+        // Read while in flight, then declared failed: caught when the failure arrives.
+        let mut checker = KafkaLogChecker::new();
+        checker.send_invoked(1, &[10]).unwrap();
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        assert!(matches!(checker.send_failed(1, &[10]), Err(Anomaly::AbortedRead { value: 10, .. })));
+    }
+
+    #[test]
+    fn reading_a_value_no_producer_sent_is_an_unknown_value() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10]);
+        let anomaly = checker.final_read(P0, &[(0, 10), (1, 99)]).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::UnknownValue { partition: P0, offset: 1, value: 99, reported_by: Source::FinalRead }
+        );
+    }
+}
