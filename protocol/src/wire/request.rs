@@ -148,33 +148,93 @@ pub enum ClientRequest {
     GetStats,
     GetClusterMetadata,
     GetMe,
-    GetClient { client_id: u32 },
+    GetClient {
+        client_id: u32,
+    },
     Logout,
     LoginRegister(LoginRegister),
     /// Laid out like login_register's credentials: token `[len u8][bytes]`, then context
     /// `[len u32][bytes]`.
-    LoginWithPersonalAccessToken { token: ShortBytes, context: Vec<u8> },
+    LoginWithPersonalAccessToken {
+        token: ShortBytes,
+        context: Vec<u8>,
+    },
     PollMessages(PollMessages),
     SendMessages(SendMessages),
     GetConsumerOffset(ConsumerOffsetKey),
-    StoreConsumerOffset { key: ConsumerOffsetKey, offset: u64, ack: u8 },
+    StoreConsumerOffset {
+        key: ConsumerOffsetKey,
+        offset: u64,
+        ack: u8,
+    },
     DeleteConsumerOffset(ConsumerOffsetKey),
-    GetStream { stream: Identifier },
+    GetStream {
+        stream: Identifier,
+    },
     GetStreams,
-    CreateStream { name: Name, options: Options },
-    DeleteStream { stream: Identifier },
-    GetTopic { stream: Identifier, topic: Identifier },
-    GetTopics { stream: Identifier },
-    CreateTopic { stream: Identifier, partitions_count: u32, name: Name, options: Options },
-    DeleteTopic { stream: Identifier, topic: Identifier },
-    CreatePartitions { stream: Identifier, topic: Identifier, count: u32 },
-    DeletePartitions { stream: Identifier, topic: Identifier, count: u32 },
-    GetConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier },
-    GetConsumerGroups { stream: Identifier, topic: Identifier },
-    CreateConsumerGroup { stream: Identifier, topic: Identifier, name: Name },
-    DeleteConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier },
-    JoinConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier },
-    LeaveConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier },
+    CreateStream {
+        name: Name,
+        options: Options,
+    },
+    DeleteStream {
+        stream: Identifier,
+    },
+    GetTopic {
+        stream: Identifier,
+        topic: Identifier,
+    },
+    GetTopics {
+        stream: Identifier,
+    },
+    CreateTopic {
+        stream: Identifier,
+        partitions_count: u32,
+        name: Name,
+        options: Options,
+    },
+    DeleteTopic {
+        stream: Identifier,
+        topic: Identifier,
+    },
+    CreatePartitions {
+        stream: Identifier,
+        topic: Identifier,
+        count: u32,
+    },
+    DeletePartitions {
+        stream: Identifier,
+        topic: Identifier,
+        count: u32,
+    },
+    GetConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    GetConsumerGroups {
+        stream: Identifier,
+        topic: Identifier,
+    },
+    CreateConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        name: Name,
+    },
+    DeleteConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    JoinConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
+    LeaveConsumerGroup {
+        stream: Identifier,
+        topic: Identifier,
+        group: Identifier,
+    },
 }
 
 fn read_partition_id(reader: &mut Reader<'_>) -> Result<Option<u32>, WireError> {
@@ -278,11 +338,9 @@ impl ClientRequest {
             POLL_MESSAGES => R::PollMessages(PollMessages::read(r)?),
             SEND_MESSAGES => R::SendMessages(SendMessages::read(r)?),
             GET_CONSUMER_OFFSET => R::GetConsumerOffset(ConsumerOffsetKey::read(r)?),
-            STORE_CONSUMER_OFFSET => R::StoreConsumerOffset {
-                key: ConsumerOffsetKey::read(r)?,
-                offset: r.u64("offset")?,
-                ack: r.u8("ack")?,
-            },
+            STORE_CONSUMER_OFFSET => {
+                R::StoreConsumerOffset { key: ConsumerOffsetKey::read(r)?, offset: r.u64("offset")?, ack: r.u8("ack")? }
+            }
             DELETE_CONSUMER_OFFSET => R::DeleteConsumerOffset(ConsumerOffsetKey::read(r)?),
             GET_STREAM => R::GetStream { stream: Identifier::read(r)? },
             GET_STREAMS => R::GetStreams,
@@ -399,7 +457,9 @@ impl ClientRequest {
                 name.write(&mut out);
                 options.write(&mut out);
             }
-            R::GetTopic { stream, topic } | R::DeleteTopic { stream, topic } | R::GetConsumerGroups { stream, topic } => {
+            R::GetTopic { stream, topic }
+            | R::DeleteTopic { stream, topic }
+            | R::GetConsumerGroups { stream, topic } => {
                 stream.write(&mut out);
                 topic.write(&mut out);
             }
