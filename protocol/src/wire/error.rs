@@ -1,6 +1,7 @@
 //! The one error every wire decode returns. Each variant names the byte offset (from the start of
 //! the body) where decoding stopped, so a client gets a status code and an operator a sentence
-//! that points at the byte.
+//! that points at the byte. Constructors (`Name::new`, `Options::new`, ...) check values that
+//! come from no body, and report offset 0.
 
 use vireo_storage::batch::BatchError;
 

@@ -437,12 +437,15 @@ proptest! {
 
     #[test]
     fn arbitrary_request_bodies_fail_or_re_encode_to_themselves(
-        code in prop_oneof![prop::sample::select(CLIENT_COMMAND_CODES.to_vec()), any::<u32>()],
+        other_code in any::<u32>(),
         body in prop::collection::vec(any::<u8>(), 0..512),
     ) {
-        if let Ok(request) = ClientRequest::decode(code, &body) {
-            prop_assert_eq!(request.command_code(), code);
-            prop_assert_eq!(request.encode(), body);
+        let obsolete = [LOGIN_USER_OBSOLETE, LOGIN_WITH_TOKEN_OBSOLETE];
+        for code in CLIENT_COMMAND_CODES.into_iter().chain(obsolete).chain([other_code]) {
+            if let Ok(request) = ClientRequest::decode(code, &body) {
+                prop_assert_eq!(request.command_code(), code);
+                prop_assert_eq!(request.encode(), body.clone());
+            }
         }
     }
 
@@ -465,12 +468,23 @@ proptest! {
         body in prop::collection::vec(any::<u8>(), 0..512),
         poll_head in any::<(u32, u64)>(),
         batches in stored_batches(),
+        mut topic in topic(),
+        partitions in prop::collection::vec(partition(), 0..3),
+        group in consumer_group(),
+        cluster in cluster_metadata(),
         how in any::<u8>(),
         at in any::<prop::sample::Index>(),
         value in any::<u8>(),
     ) {
-        let poll = PollReply::new(poll_head.0, poll_head.1, batches).unwrap().encode();
-        for body in [body, damage(poll, how, at, value)] {
+        topic.partitions_count = partitions.len() as u32;
+        let valid = [
+            PollReply::new(poll_head.0, poll_head.1, batches).unwrap().encode(),
+            TopicDetails { topic, partitions }.encode(),
+            group.encode(),
+            cluster.encode(),
+        ];
+        let damaged = valid.into_iter().map(|valid| damage(valid, how, at, value));
+        for body in std::iter::once(body).chain(damaged) {
             for decode in REPLY_DECODERS {
                 if let Ok(encoded) = decode(&body) {
                     prop_assert_eq!(encoded, body.clone());
