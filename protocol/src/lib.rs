@@ -9,6 +9,7 @@ pub mod journal;
 pub mod replica;
 pub mod request;
 pub mod state_machine;
+pub mod wire;
 
 pub use config::Config;
 pub use header::{Command, Header, Message};
