@@ -54,17 +54,13 @@ impl ConsumerGroup {
             .map(|(rank, (member, _))| (*member, floor as usize + usize::from(rank < ceiling_quotas)))
             .collect();
 
-        let mut owned = BTreeSet::new();
-        let mut pool = Vec::new();
+        // The pool is every partition no member keeps: surpluses and partitions nobody held.
+        let mut kept = BTreeSet::new();
         for (member, partitions) in self.members.iter_mut() {
-            let surplus = partitions.split_off(partitions.len().min(quotas[member]));
-            owned.extend(partitions.iter().copied());
-            pool.extend(surplus);
+            partitions.truncate(quotas[member]);
+            kept.extend(partitions.iter().copied());
         }
-        pool.extend((0..partitions_count).filter(|partition| !owned.contains(partition)));
-        pool.sort_unstable();
-
-        let mut pool = pool.into_iter();
+        let mut pool = (0..partitions_count).filter(|partition| !kept.contains(partition));
         for (member, partitions) in self.members.iter_mut() {
             while partitions.len() < quotas[member] {
                 partitions.push(pool.next().expect("quotas add up to the partitions count"));

@@ -229,51 +229,42 @@ impl Metadata {
         }
     }
 
-    /// Checks what a successful command touched: the whole users side for user commands (small),
-    /// only the affected stream for stream commands, so a cluster with a million partitions does
-    /// not walk all of them on every command.
+    /// Checks what a successful command touched: the whole users side for user commands and
+    /// deletes (it is small, and deletes drop permission overrides), only the touched stream or
+    /// topic otherwise, so a cluster with a million partitions is not walked on every join.
     fn assert_invariants_after(&self, done: &MetadataResult) {
         use MetadataResult as R;
-        let touched_stream = match done {
-            R::StreamCreated { stream }
-            | R::TopicCreated { stream, .. }
-            | R::PartitionsCreated { stream, .. }
-            | R::PartitionsDeleted { stream, .. }
-            | R::ConsumerGroupCreated { stream, .. }
-            | R::ConsumerGroupDeleted { stream, .. }
-            | R::ConsumerGroupJoined { stream, .. }
-            | R::ConsumerGroupLeft { stream, .. } => Some(*stream),
-            R::TopicDeleted { stream, .. } => Some(*stream),
-            R::StreamDeleted { .. } => None,
-            R::UserCreated { .. }
+        let checked = match done {
+            R::StreamCreated { stream } => {
+                let entry = self.streams.get(stream).expect("the created stream exists");
+                self.check_stream_entry(*stream, entry)
+            }
+            R::TopicCreated { stream, topic, .. }
+            | R::PartitionsCreated { stream, topic, .. }
+            | R::PartitionsDeleted { stream, topic, .. }
+            | R::ConsumerGroupCreated { stream, topic, .. }
+            | R::ConsumerGroupDeleted { stream, topic, .. }
+            | R::ConsumerGroupJoined { stream, topic, .. }
+            | R::ConsumerGroupLeft { stream, topic, .. } => {
+                let entry = self.streams.get(stream).expect("the touched stream exists");
+                let touched = entry.topics.get(topic).expect("the touched topic exists");
+                entry.check_topic_entry(*topic, touched, &self.limits)
+            }
+            R::StreamDeleted { .. }
+            | R::TopicDeleted { .. }
+            | R::UserCreated { .. }
             | R::UserUpdated { .. }
             | R::UserDeleted { .. }
             | R::PermissionsUpdated { .. }
             | R::PasswordChanged { .. }
             | R::PersonalAccessTokenCreated { .. }
-            | R::PersonalAccessTokenDeleted { .. } => None,
-        };
-        let checked = match touched_stream {
-            Some(id) => {
-                let stream = self.streams.get(&id).expect("the touched stream exists");
-                self.check_stream_entry(id, stream)
-            }
-            None => Ok(()),
+            | R::PersonalAccessTokenDeleted { .. } => self.check_users(),
         };
         let checked = checked.and_then(|()| {
-            if self.streams.len() != self.stream_ids_by_name.len() {
-                return Err("the stream name index is stale".into());
-            }
-            match done {
-                R::StreamDeleted { .. } | R::TopicDeleted { .. } => self.check_users(),
-                R::UserCreated { .. }
-                | R::UserUpdated { .. }
-                | R::UserDeleted { .. }
-                | R::PermissionsUpdated { .. }
-                | R::PasswordChanged { .. }
-                | R::PersonalAccessTokenCreated { .. }
-                | R::PersonalAccessTokenDeleted { .. } => self.check_users(),
-                _ => Ok(()),
+            if self.streams.len() == self.stream_ids_by_name.len() {
+                Ok(())
+            } else {
+                Err("the stream name index is stale".to_owned())
             }
         });
         if let Err(broken) = checked {

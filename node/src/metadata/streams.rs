@@ -9,7 +9,7 @@
 //! Invariants: ids are the map keys and below their limits; names are unique (streams in the
 //! cluster, topics in their stream); `Metadata::stream_ids_by_name` indexes exactly the streams.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -141,11 +141,12 @@ impl Topic {
         if self.consumer_groups.len() > limits.consumer_groups_per_topic_max as usize {
             return Err(format!("topic {} holds too many consumer groups", self.id));
         }
+        let mut names = BTreeSet::new();
         for (id, group) in &self.consumer_groups {
             if group.id != *id || *id >= limits.consumer_groups_per_topic_max {
                 return Err(format!("group {id} of topic {} is keyed wrongly", self.id));
             }
-            if self.consumer_groups.values().filter(|other| other.name == group.name).count() != 1 {
+            if !names.insert(group.name.as_str()) {
                 return Err(format!("topic {} has two groups named {:?}", self.id, group.name));
             }
             if group.members.len() > limits.members_per_group_max as usize {
@@ -174,16 +175,28 @@ impl Stream {
         if self.topics.len() > limits.topics_per_stream_max as usize {
             return Err(format!("stream {} holds too many topics", self.id));
         }
+        let mut names = BTreeSet::new();
         for (id, topic) in &self.topics {
-            if topic.id != *id || *id >= limits.topics_per_stream_max {
-                return Err(format!("topic {id} of stream {} is keyed wrongly", self.id));
-            }
-            if self.topics.values().filter(|other| other.name == topic.name).count() != 1 {
+            if !names.insert(topic.name.as_str()) {
                 return Err(format!("stream {} has two topics named {:?}", self.id, topic.name));
             }
-            topic.check(limits).map_err(|broken| format!("stream {}: {broken}", self.id))?;
+            self.check_topic_entry(*id, topic, limits)?;
         }
         Ok(())
+    }
+
+    /// One topic's invariants and its place in the stream, without walking the other topics' contents.
+    pub(super) fn check_topic_entry(&self, id: u32, topic: &Topic, limits: &MetadataLimits) -> Result<(), String> {
+        if topic.id != id
+            || id >= limits.topics_per_stream_max
+            || self.topics.len() > limits.topics_per_stream_max as usize
+        {
+            return Err(format!("topic {id} of stream {} is keyed wrongly or over the limit", self.id));
+        }
+        if self.topics.values().any(|other| other.id != id && other.name == topic.name) {
+            return Err(format!("stream {} has two topics named {:?}", self.id, topic.name));
+        }
+        topic.check(limits).map_err(|broken| format!("stream {}: {broken}", self.id))
     }
 }
 
