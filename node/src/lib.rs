@@ -2,6 +2,8 @@
 //! host their VSR groups, and the routing that tells every node which shard owns what.
 
 pub mod group_io;
+pub mod metadata;
+pub mod metadata_plane;
 pub mod partition;
 pub mod routing;
 pub mod shard;
