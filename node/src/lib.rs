@@ -5,6 +5,7 @@ pub mod group_io;
 pub mod metadata;
 pub mod metadata_plane;
 pub mod partition;
+pub mod partitioning;
 pub mod routing;
 pub mod shard;
 

@@ -6,8 +6,6 @@
 //! restarts every replica and stops injecting faults; then every client request must be answered
 //! and every replica must converge on the same commit within `liveness_ticks_max`.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
 use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
@@ -57,41 +55,7 @@ enum Event {
     Complete { replica: u8, incarnation: u64, request: DiskRequest, token: Token },
 }
 
-struct Queued {
-    time: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        (self.time, self.seq) == (other.time, other.seq)
-    }
-}
-impl Eq for Queued {}
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Queued {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.time, self.seq).cmp(&(other.time, other.seq))
-    }
-}
-
-#[derive(Default)]
-struct EventQueue {
-    heap: BinaryHeap<Reverse<Queued>>,
-    seq: u64,
-}
-
-impl EventQueue {
-    fn push(&mut self, time: u64, event: Event) {
-        self.seq += 1;
-        self.heap.push(Reverse(Queued { time, seq: self.seq, event }));
-    }
-}
+type EventQueue = crate::queue::EventQueue<Event>;
 
 struct Node {
     replica: Option<Replica<RegisterLog>>,
@@ -519,12 +483,12 @@ impl Cluster {
 
     /// Processes the next event. Errors are checker violations.
     pub fn step(&mut self) -> Result<(), String> {
-        let Some(Reverse(queued)) = self.queue.heap.pop() else {
+        let Some((time, event)) = self.queue.pop() else {
             panic!("the event queue never empties: ticks reschedule themselves");
         };
-        self.now = queued.time;
+        self.now = time;
         self.events_processed += 1;
-        match queued.event {
+        match event {
             Event::Tick => {
                 self.hash(&[4, self.tick]);
                 self.on_tick()?;
@@ -764,7 +728,7 @@ impl Cluster {
 }
 
 /// The same rates with every fault zeroed (network delays stay).
-fn quiet_rates(rates: &FaultRates) -> FaultRates {
+pub(crate) fn quiet_rates(rates: &FaultRates) -> FaultRates {
     FaultRates {
         packet_loss_ppm: 0,
         packet_duplicate_ppm: 0,

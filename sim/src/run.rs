@@ -10,7 +10,8 @@ use vireo_protocol::config::Bug;
 
 use crate::cluster::{Cluster, Outcome};
 use crate::rng::SimRng;
-use crate::scenario::{Overrides, Scenario};
+use crate::scenario::{Overrides, Scenario, Workload};
+use crate::streaming::{StreamingCluster, StreamingScenario};
 
 pub const EXIT_PANIC: i32 = 127;
 
@@ -31,6 +32,8 @@ pub struct RunReport {
     pub crashes: u64,
     pub disk_faults: u64,
     pub partitions: u64,
+    /// The streaming workload's figures (messages and bytes acknowledged and polled, drops).
+    pub streaming: Option<String>,
 }
 
 impl RunReport {
@@ -102,7 +105,11 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
         crashes: 0,
         disk_faults: 0,
         partitions: 0,
+        streaming: None,
     };
+    if overrides.workload == Workload::Streaming {
+        return run_streaming(seed, overrides, bug, trace, report);
+    }
     let mut cluster = None;
     IN_SIMULATION.with(|flag| *flag.borrow_mut() = true);
     let result = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -139,6 +146,75 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
         report.crashes = cluster.crashes();
         report.disk_faults = cluster.disk_faults();
         report.partitions = cluster.partitions();
+    }
+    report
+}
+
+/// The scenario line a run prints.
+pub fn describe(seed: u64, overrides: &Overrides) -> String {
+    match overrides.workload {
+        Workload::Register => scenario_for(seed, overrides).0.to_string(),
+        Workload::Streaming => {
+            let mut rng = SimRng::new(seed);
+            StreamingScenario::draw(seed, overrides, &mut rng).to_string()
+        }
+    }
+}
+
+fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool, mut report: RunReport) -> RunReport {
+    let mut rng = SimRng::new(seed);
+    let scenario = StreamingScenario::draw(seed, overrides, &mut rng);
+    report.scenario = scenario.to_string();
+    let started = Instant::now();
+    let mut cluster = None;
+    IN_SIMULATION.with(|flag| *flag.borrow_mut() = true);
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        let built = cluster.insert(StreamingCluster::new(scenario, rng, bug));
+        if trace {
+            built.enable_trace();
+            built.print_trace();
+        }
+        built.run()
+    }));
+    IN_SIMULATION.with(|flag| *flag.borrow_mut() = false);
+    report.wall_seconds = started.elapsed().as_secs_f64();
+    match result {
+        Ok(outcome) => {
+            report.exit_code = outcome.exit_code();
+            report.message = match outcome {
+                Outcome::Passed => "passed".to_string(),
+                Outcome::Liveness(message) | Outcome::Correctness(message) => message,
+            };
+        }
+        Err(_) => {
+            report.exit_code = EXIT_PANIC;
+            report.message =
+                PANIC_MESSAGE.with(|message| message.borrow_mut().take()).unwrap_or_else(|| "panic".to_string());
+        }
+    }
+    if let Some(cluster) = &cluster {
+        report.trace_hash = cluster.trace_hash();
+        report.simulated_ns = cluster.tick * TICK_NS;
+        report.ticks = cluster.tick;
+        report.events = cluster.events_processed;
+        report.crashes = cluster.crashes();
+        report.disk_faults = cluster.disk_faults();
+        report.partitions = cluster.partitions();
+        let counters = cluster.counters;
+        let seconds = (cluster.tick * TICK_NS) as f64 / 1e9;
+        report.streaming = Some(format!(
+            "messages_acked={} bytes_acked={} messages_polled={} acked_per_sim_s={:.0} acked_bytes_per_sim_s={:.0} \
+             indeterminate={} channel_full_drops={} denials={} assignments_checked={}",
+            counters.messages_acked,
+            counters.bytes_acked,
+            counters.messages_polled,
+            counters.messages_acked as f64 / seconds.max(1e-9),
+            counters.bytes_acked as f64 / seconds.max(1e-9),
+            counters.sends_indeterminate,
+            counters.channel_full_drops,
+            counters.denials,
+            counters.assignments_checked,
+        ));
     }
     report
 }

@@ -30,6 +30,30 @@ impl FaultLevel {
     }
 }
 
+/// What a run exercises: the core replica with its register log, or whole streaming clusters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Workload {
+    #[default]
+    Register,
+    Streaming,
+}
+
+impl Workload {
+    pub fn parse(text: &str) -> Option<Workload> {
+        match text {
+            "register" => Some(Workload::Register),
+            "streaming" => Some(Workload::Streaming),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Register => "register",
+            Workload::Streaming => "streaming",
+        }
+    }
+}
+
 /// What the command line may fix instead of letting the seed draw it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Overrides {
@@ -37,12 +61,18 @@ pub struct Overrides {
     pub clients: Option<u8>,
     pub faults: Option<FaultLevel>,
     pub requests: Option<u64>,
+    /// Shards per node (the streaming workload).
+    pub shards: Option<u16>,
+    pub workload: Workload,
 }
 
 impl Overrides {
     /// The command-line words that reproduce these overrides.
     pub fn arguments(&self) -> String {
         let mut words = String::new();
+        if self.workload != Workload::Register {
+            words.push_str(&format!(" --workload {}", self.workload.name()));
+        }
         if let Some(replicas) = self.replicas {
             words.push_str(&format!(" --replicas {replicas}"));
         }
@@ -54,6 +84,9 @@ impl Overrides {
         }
         if let Some(requests) = self.requests {
             words.push_str(&format!(" --requests {requests}"));
+        }
+        if let Some(shards) = self.shards {
+            words.push_str(&format!(" --shards {shards}"));
         }
         words
     }

@@ -1,10 +1,10 @@
 //! Seed files: every seed that ever failed, kept in `seeds/` and replayed by the tests forever.
 //!
 //! A file is `key = value` lines (`#` starts a comment): `seed` (required), optionally `replicas`,
-//! `clients`, `faults`, `requests` (the overrides the failing run used), and `bug`, one line on
+//! `clients`, `faults`, `requests`, `shards`, `workload` (the overrides the failing run used), and `bug`, one line on
 //! what broke and how it was fixed.
 
-use crate::scenario::{FaultLevel, Overrides};
+use crate::scenario::{FaultLevel, Overrides, Workload};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SeedFile {
@@ -30,6 +30,8 @@ pub fn parse(text: &str) -> Result<SeedFile, String> {
             "replicas" => overrides.replicas = Some(value.parse().map_err(|_| invalid("replicas"))?),
             "clients" => overrides.clients = Some(value.parse().map_err(|_| invalid("clients"))?),
             "requests" => overrides.requests = Some(value.parse().map_err(|_| invalid("requests"))?),
+            "shards" => overrides.shards = Some(value.parse().map_err(|_| invalid("shards"))?),
+            "workload" => overrides.workload = Workload::parse(value).ok_or_else(|| invalid("workload"))?,
             "faults" => overrides.faults = Some(FaultLevel::parse(value).ok_or_else(|| invalid("faults"))?),
             "bug" => bug = value.to_string(),
             other => return Err(format!("line {}: unknown key {other:?}", number + 1)),

@@ -25,7 +25,8 @@ const READ_SUPERBLOCK: u64 = 0;
 const READ_SNAPSHOT: u64 = 1;
 const READ_WAL_HEADER: u64 = 2;
 const READ_WAL_PREPARE: u64 = 3;
-const READ_SHIFT: u32 = 48;
+// Below bit 40: a shard marks bits 40..56 of a token with the group it belongs to.
+const READ_SHIFT: u32 = 32;
 
 /// Times the superblock pair is read before recovery gives up on it.
 const SUPERBLOCK_READ_ATTEMPTS_MAX: u32 = 8;

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use vireo_sim::run::{install_panic_hook, run_seed, run_traced, RunReport};
-use vireo_sim::scenario::{FaultLevel, Overrides};
+use vireo_sim::scenario::{FaultLevel, Overrides, Workload};
 use vireo_sim::seeds;
 
 #[derive(Parser)]
@@ -22,7 +22,13 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct OverrideArgs {
-    /// Replica count (1..=6) instead of the seed's draw.
+    /// What to run: `register` (the core replica) or `streaming` (whole streaming clusters).
+    #[arg(long, value_parser = parse_workload, default_value = "register")]
+    workload: Workload,
+    /// Shards per node (1..=4, streaming workload) instead of the seed's draw.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4))]
+    shards: Option<u16>,
+    /// Replica (node) count (1..=6; 1..=5 for streaming) instead of the seed's draw.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
     replicas: Option<u8>,
     /// Client count (1..=8) instead of the seed's draw.
@@ -36,13 +42,24 @@ struct OverrideArgs {
     requests: Option<u64>,
 }
 
+fn parse_workload(text: &str) -> Result<Workload, String> {
+    Workload::parse(text).ok_or_else(|| format!("unknown workload {text:?}: expected register or streaming"))
+}
+
 fn parse_faults(text: &str) -> Result<FaultLevel, String> {
     FaultLevel::parse(text).ok_or_else(|| format!("unknown fault level {text:?}: expected none, default or heavy"))
 }
 
 impl OverrideArgs {
     fn overrides(&self) -> Overrides {
-        Overrides { replicas: self.replicas, clients: self.clients, faults: self.faults, requests: self.requests }
+        Overrides {
+            replicas: self.replicas,
+            clients: self.clients,
+            faults: self.faults,
+            requests: self.requests,
+            shards: self.shards,
+            workload: self.workload,
+        }
     }
 }
 
@@ -80,7 +97,7 @@ fn replay_command(seed: u64, overrides: &Overrides) -> String {
 
 fn print_report(report: &RunReport) {
     println!(
-        "outcome={} ticks={} simulated_s={:.1} events={} commits={} replies_checked={} crashes={} partitions={} disk_faults={}",
+        "outcome={} ticks={} simulated_s={:.1} events={} commits={} replies_checked={} crashes={} partitions={} disk_faults={}{}",
         if report.exit_code == 0 { "passed" } else { "failed" },
         report.ticks,
         report.simulated_ns as f64 / 1e9,
@@ -90,6 +107,7 @@ fn print_report(report: &RunReport) {
         report.crashes,
         report.partitions,
         report.disk_faults,
+        report.streaming.as_ref().map_or(String::new(), |figures| format!(" {figures}")),
     );
     if report.exit_code != 0 {
         println!("failure (exit {}): {}", report.exit_code, report.message);
@@ -104,8 +122,7 @@ fn print_report(report: &RunReport) {
 }
 
 fn run_one(seed: u64, overrides: &Overrides, trace: bool) -> ExitCode {
-    let (scenario, _) = vireo_sim::run::scenario_for(seed, overrides);
-    println!("scenario {scenario}");
+    println!("scenario {}", vireo_sim::run::describe(seed, overrides));
     let report = if trace { run_traced(seed, overrides) } else { run_seed(seed, overrides, None) };
     print_report(&report);
     if report.exit_code != 0 {

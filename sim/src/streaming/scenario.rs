@@ -1,0 +1,75 @@
+//! A streaming run's scenario: the core scenario's cluster shape and fault rates (swarm
+//! testing), plus the shards per node and the workload's mix of clients.
+
+use std::fmt;
+
+use crate::rng::SimRng;
+use crate::scenario::{Overrides, Scenario};
+
+/// Nodes in a streaming cluster (the issue's 1..=5).
+pub const NODES_MAX: u8 = 5;
+pub const SHARDS_MAX: u16 = 4;
+
+#[derive(Clone, Debug)]
+pub struct StreamingScenario {
+    pub core: Scenario,
+    pub shards: u16,
+    /// Partitions the topic starts with; the administrator adds more while traffic runs.
+    pub partitions: u32,
+    pub partitions_max: u32,
+    pub producers: u8,
+    pub consumers: u8,
+    pub members: u8,
+    /// Send requests each producer makes.
+    pub sends_per_producer: u64,
+    pub batch_messages_max: u32,
+}
+
+impl StreamingScenario {
+    pub fn draw(seed: u64, overrides: &Overrides, rng: &mut SimRng) -> StreamingScenario {
+        let mut core = Scenario::draw(seed, overrides, rng);
+        core.replica_count = overrides.replicas.unwrap_or(rng.range(1, NODES_MAX as u64) as u8);
+        assert!((1..=NODES_MAX).contains(&core.replica_count), "1..={NODES_MAX} nodes");
+        let shards = overrides.shards.unwrap_or(rng.range(1, SHARDS_MAX as u64) as u16);
+        let producers = rng.range(1, 3) as u8;
+        let consumers = rng.range(1, 3) as u8;
+        let members = rng.range(0, 3) as u8;
+        // Sessions: every client holds one per group it talks to; keep the table big enough for
+        // all of them but sometimes not (eviction is part of the protocol).
+        let clients = 1 + producers as usize + consumers as usize + members as usize;
+        core.clients_max = if rng.chance(100_000) { clients.saturating_sub(1).max(1) } else { clients + 4 };
+        core.client_count = clients as u8;
+        let partitions = rng.range(1, 3) as u32;
+        StreamingScenario {
+            shards,
+            partitions,
+            partitions_max: partitions + rng.range(0, 3) as u32,
+            producers,
+            consumers,
+            members,
+            sends_per_producer: overrides.requests.unwrap_or(rng.range(20, 120)),
+            batch_messages_max: rng.range(1, 8) as u32,
+            core,
+        }
+    }
+}
+
+impl fmt::Display for StreamingScenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "workload=streaming nodes={} shards={} partitions={}..{} producers={} consumers={} members={} \
+             sends_per_producer={} batch_messages_max={} | {}",
+            self.core.replica_count,
+            self.shards,
+            self.partitions,
+            self.partitions_max,
+            self.producers,
+            self.consumers,
+            self.members,
+            self.sends_per_producer,
+            self.batch_messages_max,
+            self.core
+        )
+    }
+}
