@@ -30,6 +30,9 @@ impl StreamingScenario {
         let mut core = Scenario::draw(seed, overrides, rng);
         core.replica_count = overrides.replicas.unwrap_or(rng.range(1, NODES_MAX as u64) as u8);
         assert!((1..=NODES_MAX).contains(&core.replica_count), "1..={NODES_MAX} nodes");
+        // The fault budget: at most quorum - 1 faulty disks for the node count drawn here.
+        let quorum = vireo_protocol::Config::new(0, core.replica_count).quorum_replication() as u8;
+        core.faults.faulty_disks = core.faults.faulty_disks.min(quorum - 1);
         let shards = overrides.shards.unwrap_or(rng.range(1, SHARDS_MAX as u64) as u16);
         let producers = rng.range(1, 3) as u8;
         let consumers = rng.range(1, 3) as u8;
