@@ -78,4 +78,3 @@ impl<I: Io> Io for GroupIo<'_, I> {
         self.io.random()
     }
 }
-

@@ -15,8 +15,7 @@ use vireo_protocol::wire::{self, ClientRequest, ResultEntry, ResultSection};
 use vireo_protocol::{Header, StateMachine};
 
 use crate::metadata::{
-    hash_password, Identifier, Metadata, MetadataCommand, MetadataLimits, MetadataResult,
-    PasswordCost, TopicOptions,
+    hash_password, Identifier, Metadata, MetadataCommand, MetadataLimits, MetadataResult, PasswordCost, TopicOptions,
 };
 use crate::shard::MetadataPlane;
 
@@ -71,7 +70,9 @@ impl MetadataMachine {
             wire::Identifier::Name(name) => Identifier::Name(name.as_str().to_owned()),
         };
         Ok(match decoded {
-            ClientRequest::CreateStream { name, .. } => MetadataCommand::CreateStream { name: name.as_str().to_owned() },
+            ClientRequest::CreateStream { name, .. } => {
+                MetadataCommand::CreateStream { name: name.as_str().to_owned() }
+            }
             ClientRequest::DeleteStream { stream } => MetadataCommand::DeleteStream { stream: id(stream) },
             ClientRequest::CreateTopic { stream, partitions_count, name, options } => MetadataCommand::CreateTopic {
                 stream: id(stream),
@@ -169,7 +170,8 @@ fn encode_reply(result: Result<MetadataResult, u32>) -> Vec<u8> {
             match done {
                 R::StreamCreated { stream } => vec![stream],
                 R::StreamDeleted { stream, .. } => vec![stream],
-                R::TopicCreated { stream, topic, partitions_count } | R::TopicDeleted { stream, topic, partitions_count } => {
+                R::TopicCreated { stream, topic, partitions_count }
+                | R::TopicDeleted { stream, topic, partitions_count } => {
                     vec![stream, topic, partitions_count]
                 }
                 R::PartitionsCreated { stream, topic, first, count }

@@ -176,7 +176,8 @@ impl<M: MetadataPlane> Shard<M> {
     /// closes the groups of partitions the metadata no longer holds.
     pub fn sync_partitions(&mut self, io: &mut impl Io, published: &BTreeSet<Namespace>) {
         let (shard, shards) = (self.config.shard, self.config.shards);
-        let gone: Vec<Namespace> = self.partitions.keys().filter(|namespace| !published.contains(namespace)).copied().collect();
+        let gone: Vec<Namespace> =
+            self.partitions.keys().filter(|namespace| !published.contains(namespace)).copied().collect();
         for namespace in gone {
             let group = self.partitions.remove(&namespace).expect("listed");
             self.slots.remove(&group.slot);

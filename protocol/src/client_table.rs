@@ -155,7 +155,15 @@ mod tests {
     use super::*;
 
     fn entry(session: u64, op: u64) -> ClientEntry {
-        ClientEntry { session, user_id: 0, request: 0, reply_op: op, reply_timestamp: 0, reply_operation: 1, reply: vec![] }
+        ClientEntry {
+            session,
+            user_id: 0,
+            request: 0,
+            reply_op: op,
+            reply_timestamp: 0,
+            reply_operation: 1,
+            reply: vec![],
+        }
     }
 
     #[test]

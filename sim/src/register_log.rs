@@ -38,6 +38,14 @@ impl RegisterLog {
     }
 }
 
+/// The request header of an append by `client` (what `apply` reads of a request).
+pub fn append_request(client: u128) -> Header {
+    let mut header = Header::new(vireo_protocol::Command::Request, 0, 0);
+    header.client = client;
+    header.operation = OPERATION_APPEND;
+    header
+}
+
 impl StateMachine for RegisterLog {
     fn apply(&mut self, _op: u64, _timestamp: u64, request: &Header, _user_id: u32, body: &[u8]) -> Vec<u8> {
         let client = request.client;
@@ -101,14 +109,14 @@ mod tests {
     #[test]
     fn snapshot_round_trip_and_digest_chain() {
         let mut log = RegisterLog::empty();
-        let first = log.apply(1, 0, 7, OPERATION_APPEND, &5u64.to_le_bytes());
-        let second = log.apply(2, 0, 8, OPERATION_APPEND, &6u64.to_le_bytes());
+        let first = log.apply(1, 0, &crate::register_log::append_request(7), 0, &5u64.to_le_bytes());
+        let second = log.apply(2, 0, &crate::register_log::append_request(8), 0, &6u64.to_le_bytes());
         assert_ne!(first, second);
         let restored = RegisterLog::restore(&log.snapshot()).unwrap();
         assert_eq!(restored, log);
         let mut twice = RegisterLog::empty();
-        twice.apply(1, 0, 7, OPERATION_APPEND, &5u64.to_le_bytes());
-        twice.apply(2, 0, 7, OPERATION_APPEND, &5u64.to_le_bytes());
+        twice.apply(1, 0, &crate::register_log::append_request(7), 0, &5u64.to_le_bytes());
+        twice.apply(2, 0, &crate::register_log::append_request(7), 0, &5u64.to_le_bytes());
         assert_ne!(twice.digest(), log.digest());
     }
 }

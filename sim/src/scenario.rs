@@ -64,6 +64,9 @@ pub struct Overrides {
     /// Shards per node (the streaming workload).
     pub shards: Option<u16>,
     pub workload: Workload,
+    /// Streaming: crash one node every this many ticks of the safety phase, round robin, and
+    /// restart it a third of that later (instead of random crashes).
+    pub rolling_restart_ticks: Option<u64>,
 }
 
 impl Overrides {
@@ -84,6 +87,9 @@ impl Overrides {
         }
         if let Some(requests) = self.requests {
             words.push_str(&format!(" --requests {requests}"));
+        }
+        if let Some(ticks) = self.rolling_restart_ticks {
+            words.push_str(&format!(" --rolling-restart-ticks {ticks}"));
         }
         if let Some(shards) = self.shards {
             words.push_str(&format!(" --shards {shards}"));

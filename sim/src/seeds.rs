@@ -30,6 +30,9 @@ pub fn parse(text: &str) -> Result<SeedFile, String> {
             "replicas" => overrides.replicas = Some(value.parse().map_err(|_| invalid("replicas"))?),
             "clients" => overrides.clients = Some(value.parse().map_err(|_| invalid("clients"))?),
             "requests" => overrides.requests = Some(value.parse().map_err(|_| invalid("requests"))?),
+            "rolling_restart_ticks" => {
+                overrides.rolling_restart_ticks = Some(value.parse().map_err(|_| invalid("rolling_restart_ticks"))?)
+            }
             "shards" => overrides.shards = Some(value.parse().map_err(|_| invalid("shards"))?),
             "workload" => overrides.workload = Workload::parse(value).ok_or_else(|| invalid("workload"))?,
             "faults" => overrides.faults = Some(FaultLevel::parse(value).ok_or_else(|| invalid("faults"))?),

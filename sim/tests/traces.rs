@@ -7,8 +7,13 @@ use vireo_sim::scenario::{FaultLevel, Overrides};
 
 /// Three replicas, one client, no random faults: only what the test scripts happens.
 fn quiet_cluster(requests: u64) -> Cluster {
-    let overrides =
-        Overrides { replicas: Some(3), clients: Some(1), faults: Some(FaultLevel::None), requests: Some(requests) };
+    let overrides = Overrides {
+        replicas: Some(3),
+        clients: Some(1),
+        faults: Some(FaultLevel::None),
+        requests: Some(requests),
+        ..Default::default()
+    };
     let (mut scenario, rng) = scenario_for(1, &overrides);
     scenario.journal_slots = 64;
     scenario.prepare_queue_max = 4;

@@ -116,7 +116,8 @@ impl PartitionMachine {
         if count > 0 && start < self.next_offset {
             let first = self.batches.partition_point(|(base, _)| *base <= start) - 1;
             for (base, bytes) in self.batches.iter().skip(first) {
-                if end >= start + count as u64 || (!batches.is_empty() && (batches.len() + bytes.len()) as u64 > POLL_BYTES_MAX)
+                if end >= start + count as u64
+                    || (!batches.is_empty() && (batches.len() + bytes.len()) as u64 > POLL_BYTES_MAX)
                 {
                     break;
                 }

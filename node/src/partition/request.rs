@@ -160,7 +160,9 @@ impl PartitionRequest {
                 let consumer = reader.consumer()?;
                 PartitionRequest::StoreOffset { partition, consumer, offset: reader.u64("offset")? }
             }
-            OPERATION_DELETE_CONSUMER_OFFSET => PartitionRequest::DeleteOffset { partition, consumer: reader.consumer()? },
+            OPERATION_DELETE_CONSUMER_OFFSET => {
+                PartitionRequest::DeleteOffset { partition, consumer: reader.consumer()? }
+            }
             OPERATION_POLL_MESSAGES => {
                 let consumer = reader.consumer()?;
                 let at = reader.offset;
@@ -259,8 +261,11 @@ pub fn decode_send_reply(reply: &[u8]) -> Result<SendReply, RequestError> {
     if reader.u32("status")? != 0 {
         return Err(RequestError::Invalid { offset: 0, what: "status (not a success)" });
     }
-    let decoded =
-        SendReply { partition: reader.u32("partition")?, base_offset: reader.u64("base_offset")?, message_count: reader.u32("count")? };
+    let decoded = SendReply {
+        partition: reader.u32("partition")?,
+        base_offset: reader.u64("base_offset")?,
+        message_count: reader.u32("count")?,
+    };
     reader.end()?;
     Ok(decoded)
 }
@@ -312,9 +317,11 @@ mod tests {
         prop_oneof![
             (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64))
                 .prop_map(|(partition, batch)| PartitionRequest::Send { partition, batch }),
-            (any::<u32>(), consumer(), any::<u64>())
-                .prop_map(|(partition, consumer, offset)| PartitionRequest::StoreOffset { partition, consumer, offset }),
-            (any::<u32>(), consumer()).prop_map(|(partition, consumer)| PartitionRequest::DeleteOffset { partition, consumer }),
+            (any::<u32>(), consumer(), any::<u64>()).prop_map(|(partition, consumer, offset)| {
+                PartitionRequest::StoreOffset { partition, consumer, offset }
+            }),
+            (any::<u32>(), consumer())
+                .prop_map(|(partition, consumer)| PartitionRequest::DeleteOffset { partition, consumer }),
             (any::<u32>(), consumer(), strategy, any::<u32>(), any::<bool>()).prop_map(
                 |(partition, consumer, strategy, count, auto_commit)| PartitionRequest::Poll {
                     partition,

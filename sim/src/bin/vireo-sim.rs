@@ -28,6 +28,10 @@ struct OverrideArgs {
     /// Shards per node (1..=4, streaming workload) instead of the seed's draw.
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4))]
     shards: Option<u16>,
+    /// Streaming: crash one node every this many ticks (10 ms each), round robin, restarting it
+    /// a third of that later, instead of random crashes.
+    #[arg(long)]
+    rolling_restart_ticks: Option<u64>,
     /// Replica (node) count (1..=6; 1..=5 for streaming) instead of the seed's draw.
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=6))]
     replicas: Option<u8>,
@@ -59,6 +63,7 @@ impl OverrideArgs {
             requests: self.requests,
             shards: self.shards,
             workload: self.workload,
+            rolling_restart_ticks: self.rolling_restart_ticks,
         }
     }
 }

@@ -95,20 +95,51 @@ struct Session {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observation {
     Nothing,
-    Registered { group: Namespace, session: u64 },
-    SendAcked { partition: PartitionKey, base_offset: u64, values: Vec<u128> },
+    Registered {
+        group: Namespace,
+        session: u64,
+    },
+    SendAcked {
+        partition: PartitionKey,
+        base_offset: u64,
+        values: Vec<u128>,
+    },
     /// The session was evicted or refused with the batch in flight: it may or may not be in.
-    SendIndeterminate { values: Vec<u128> },
+    SendIndeterminate {
+        values: Vec<u128>,
+    },
     /// Denied before commit: definitely not in.
-    SendFailed { values: Vec<u128>, status: u32 },
-    Polled { partition: PartitionKey, from: u64, messages: Vec<(u64, u128)>, current_offset: u64 },
-    Admin { step: &'static str, ids: Vec<u32>, status: u32 },
-    Membership { joined: bool, status: u32 },
-    Evicted { group: Namespace },
+    SendFailed {
+        values: Vec<u128>,
+        status: u32,
+    },
+    Polled {
+        partition: PartitionKey,
+        from: u64,
+        messages: Vec<(u64, u128)>,
+        current_offset: u64,
+    },
+    Admin {
+        step: &'static str,
+        ids: Vec<u32>,
+        status: u32,
+    },
+    Membership {
+        joined: bool,
+        status: u32,
+    },
+    Evicted {
+        group: Namespace,
+    },
     /// A poll given up without its reply: it may have been applied (and, with auto-commit,
     /// moved the stored offset past messages this consumer never saw).
-    PollAbandoned { partition: PartitionKey },
-    Denied { group: Namespace, status: u32 },
+    PollAbandoned {
+        partition: PartitionKey,
+    },
+    Denied {
+        group: Namespace,
+        status: u32,
+    },
 }
 
 pub struct StreamClient {
@@ -130,6 +161,8 @@ pub struct StreamClient {
     idle_until: u64,
     /// The administrator's topic starts with this many partitions.
     pub initial_partitions: u32,
+    /// Messages in one send at most.
+    pub batch_messages_max: u32,
     /// Values of a send this client just started, for the checker (taken by the cluster).
     pub invoked: Option<Vec<u128>>,
 }
@@ -162,6 +195,7 @@ impl StreamClient {
             idle_until: 0,
             initial_partitions: 1,
             invoked: None,
+            batch_messages_max: 3,
         }
     }
 
@@ -238,7 +272,8 @@ impl StreamClient {
         header.session = session;
         let frame = Message::new(header, body).encode();
         let target = self.guess_primary(group, nodes);
-        self.pending = Some(Pending { group, work, frame: frame.clone(), request, sent_tick: tick, target, attempts: 1 });
+        self.pending =
+            Some(Pending { group, work, frame: frame.clone(), request, sent_tick: tick, target, attempts: 1 });
         Some((Peer::Replica(target), frame))
     }
 
@@ -279,7 +314,7 @@ impl StreamClient {
                 if self.budget == 0 || topology.partitions.is_empty() {
                     return None;
                 }
-                let count = rng.range(1, 4) as usize;
+                let count = rng.range(1, self.batch_messages_max as u64) as usize;
                 let values = (0..count)
                     .map(|_| {
                         self.sequence += 1;
@@ -321,9 +356,10 @@ impl StreamClient {
         match work {
             Work::Register => unreachable!("built by tick"),
             Work::Admin(step) => metadata(match step {
-                AdminStep::CreateStream => {
-                    ClientRequest::CreateStream { name: Name::new("orders").expect("name"), options: wire::Options::empty() }
-                }
+                AdminStep::CreateStream => ClientRequest::CreateStream {
+                    name: Name::new("orders").expect("name"),
+                    options: wire::Options::empty(),
+                },
                 AdminStep::CreateTopic => ClientRequest::CreateTopic {
                     stream: id(STREAM),
                     partitions_count: self.budget_partitions(),
@@ -335,10 +371,13 @@ impl StreamClient {
                     topic: id(TOPIC),
                     name: Name::new("readers").expect("name"),
                 },
-                AdminStep::AddPartition => ClientRequest::CreatePartitions { stream: id(STREAM), topic: id(TOPIC), count: 1 },
-                AdminStep::CreateChurnStream => {
-                    ClientRequest::CreateStream { name: Name::new("churn").expect("name"), options: wire::Options::empty() }
+                AdminStep::AddPartition => {
+                    ClientRequest::CreatePartitions { stream: id(STREAM), topic: id(TOPIC), count: 1 }
                 }
+                AdminStep::CreateChurnStream => ClientRequest::CreateStream {
+                    name: Name::new("churn").expect("name"),
+                    options: wire::Options::empty(),
+                },
                 AdminStep::DeleteChurnStream => {
                     ClientRequest::DeleteStream { stream: wire::Identifier::Name(Name::new("churn").expect("name")) }
                 }

@@ -106,7 +106,8 @@ impl ShardIo<'_> {
     }
 
     fn complete(&mut self, latency: u64, request: DiskRequest, token: Token) {
-        let event = Event::Complete { node: self.node, incarnation: self.incarnation, shard: self.shard, request, token };
+        let event =
+            Event::Complete { node: self.node, incarnation: self.incarnation, shard: self.shard, request, token };
         self.queue.push(self.now + latency, event);
     }
 }
@@ -211,8 +212,13 @@ impl StreamingCluster {
         let mut rng = rng;
         let nodes = (0..n)
             .map(|index| {
-                let zone = (index < scenario.core.faults.faulty_disks)
-                    .then(|| if rng.below(2) == 0 { Zone::WalHeaders } else { Zone::WalPrepares });
+                let zone = (index < scenario.core.faults.faulty_disks).then(|| {
+                    if rng.below(2) == 0 {
+                        Zone::WalHeaders
+                    } else {
+                        Zone::WalPrepares
+                    }
+                });
                 SimNode {
                     shards: Vec::new(),
                     disk: SimDisk::new(layout, zone),
@@ -248,6 +254,7 @@ impl StreamingCluster {
             };
             let mut client = StreamClient::new(index, new_client_id(&mut rng), role, budget);
             client.initial_partitions = scenario.partitions;
+            client.batch_messages_max = scenario.batch_messages_max;
             clients.push(client);
         }
         let faults = scenario.core.fault_level != crate::scenario::FaultLevel::None;
@@ -288,6 +295,10 @@ impl StreamingCluster {
 
     pub fn print_trace(&mut self) {
         self.print_trace = true;
+    }
+
+    pub fn clients(&self) -> &[StreamClient] {
+        &self.clients
     }
 
     pub fn trace_lines(&self) -> &[String] {
@@ -424,7 +435,9 @@ impl StreamingCluster {
         }
         for (group, partitions_count, assignment) in groups {
             self.counters.assignments_checked += 1;
-            self.checker.group_assignment(op, group, partitions_count, &assignment).map_err(|anomaly| anomaly.to_string())?;
+            self.checker
+                .group_assignment(op, group, partitions_count, &assignment)
+                .map_err(|anomaly| anomaly.to_string())?;
         }
         Ok(())
     }
@@ -473,7 +486,8 @@ impl StreamingCluster {
     }
 
     fn maybe_crash(&mut self, index: u8) {
-        if !self.faults || self.liveness_started_tick.is_some() || !self.rng.chance(self.scenario.core.faults.crash_ppm) {
+        if !self.faults || self.liveness_started_tick.is_some() || !self.rng.chance(self.scenario.core.faults.crash_ppm)
+        {
             return;
         }
         let down = (0..self.nodes.len() as u8).filter(|node| !self.node_up(*node)).count();
@@ -497,12 +511,14 @@ impl StreamingCluster {
         let state = metadata.state_machine().metadata();
         if namespace.is_metadata() {
             if header.operation == OPERATION_REGISTER {
-                let Ok(ClientRequest::LoginRegister(login)) = ClientRequest::decode(wire::command::LOGIN_REGISTER, &body)
+                let Ok(ClientRequest::LoginRegister(login)) =
+                    ClientRequest::decode(wire::command::LOGIN_REGISTER, &body)
                 else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
                 let user = state.user_by_name(login.username.as_str()).ok_or(STATUS_INVALID_CREDENTIALS)?;
-                let password = std::str::from_utf8(login.password.as_bytes()).map_err(|_| STATUS_INVALID_CREDENTIALS)?;
+                let password =
+                    std::str::from_utf8(login.password.as_bytes()).map_err(|_| STATUS_INVALID_CREDENTIALS)?;
                 if !verify_password(&user.password_hash, password) {
                     return Err(STATUS_INVALID_CREDENTIALS);
                 }
@@ -613,7 +629,13 @@ impl StreamingCluster {
             Observation::SendAcked { partition, base_offset, values } => {
                 self.counters.messages_acked += values.len() as u64;
                 self.counters.bytes_acked += values.len() as u64 * 8;
-                self.log(|| format!("c{index} send acked partition={} offset={base_offset} count={}", partition.partition, values.len()));
+                self.log(|| {
+                    format!(
+                        "c{index} send acked partition={} offset={base_offset} count={}",
+                        partition.partition,
+                        values.len()
+                    )
+                });
                 self.checker.send_acked(actor, partition, base_offset, &values).map_err(anomaly)?;
             }
             Observation::SendIndeterminate { values } => {
@@ -670,6 +692,13 @@ impl StreamingCluster {
 
     fn on_tick(&mut self) -> Result<(), String> {
         self.tick += 1;
+        if let Some(every) = self.scenario.rolling_restart_ticks {
+            if self.liveness_started_tick.is_none() && self.tick.is_multiple_of(every) {
+                let index = ((self.tick / every) % self.nodes.len() as u64) as u8;
+                self.crash(index);
+                self.nodes[index as usize].restart_at_tick = Some(self.tick + (every / 3).max(1));
+            }
+        }
         let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
         self.network.tick(self.tick, &mut self.rng, rates);
         for index in 0..self.nodes.len() as u8 {
@@ -807,10 +836,8 @@ impl StreamingCluster {
                 }
             }
         }
-        let expected: BTreeSet<Namespace> = self.nodes[0].shards[0]
-            .metadata()
-            .map(|replica| replica.state_machine().partitions())
-            .unwrap_or_default();
+        let expected: BTreeSet<Namespace> =
+            self.nodes[0].shards[0].metadata().map(|replica| replica.state_machine().partitions()).unwrap_or_default();
         if groups.len() != expected.len() + 1 {
             return false;
         }

@@ -23,11 +23,16 @@ pub struct StreamingScenario {
     /// Send requests each producer makes.
     pub sends_per_producer: u64,
     pub batch_messages_max: u32,
+    pub rolling_restart_ticks: Option<u64>,
 }
 
 impl StreamingScenario {
     pub fn draw(seed: u64, overrides: &Overrides, rng: &mut SimRng) -> StreamingScenario {
         let mut core = Scenario::draw(seed, overrides, rng);
+        if overrides.rolling_restart_ticks.is_some() {
+            // Scheduled crashes replace random ones.
+            core.faults.crash_ppm = 0;
+        }
         core.replica_count = overrides.replicas.unwrap_or(rng.range(1, NODES_MAX as u64) as u8);
         assert!((1..=NODES_MAX).contains(&core.replica_count), "1..={NODES_MAX} nodes");
         // The fault budget: at most quorum - 1 faulty disks for the node count drawn here.
@@ -52,6 +57,7 @@ impl StreamingScenario {
             members,
             sends_per_producer: overrides.requests.unwrap_or(rng.range(20, 120)),
             batch_messages_max: rng.range(1, 8) as u32,
+            rolling_restart_ticks: overrides.rolling_restart_ticks,
             core,
         }
     }

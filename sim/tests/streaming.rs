@@ -1,0 +1,86 @@
+//! The streaming workload end to end: whole clusters of nodes and shards pass their checkers,
+//! a 3-node x 2-shard cluster keeps serving through rolling crashes, a deliberate exactly-once
+//! bug is caught as a duplicate, and a readable trace of a send, a poll and a rebalance.
+
+use vireo_io::TICK_NS;
+use vireo_protocol::config::Bug;
+use vireo_sim::rng::SimRng;
+use vireo_sim::run::{install_panic_hook, run_seed};
+use vireo_sim::scenario::{FaultLevel, Overrides, Workload};
+use vireo_sim::streaming::{StreamingCluster, StreamingScenario};
+
+fn streaming() -> Overrides {
+    Overrides { workload: Workload::Streaming, ..Default::default() }
+}
+
+#[test]
+fn streaming_seeds_pass() {
+    install_panic_hook();
+    for seed in 0..40 {
+        let report = run_seed(seed, &streaming(), None);
+        assert_eq!(report.exit_code, 0, "seed {seed}: {} ({})", report.message, report.scenario);
+    }
+}
+
+#[test]
+fn three_nodes_two_shards_keep_serving_through_rolling_crashes() {
+    install_panic_hook();
+    let overrides = Overrides {
+        replicas: Some(3),
+        shards: Some(2),
+        faults: Some(FaultLevel::Default),
+        rolling_restart_ticks: Some(300),
+        ..streaming()
+    };
+    for seed in 0..5 {
+        let report = run_seed(seed, &overrides, None);
+        assert_eq!(report.exit_code, 0, "seed {seed}: {}", report.message);
+        assert!(report.crashes >= 3, "seed {seed}: only {} crashes", report.crashes);
+        let figures = report.streaming.expect("streaming figures");
+        assert!(!figures.contains("messages_acked=0 "), "seed {seed}: nothing acknowledged: {figures}");
+    }
+}
+
+#[test]
+fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
+    install_panic_hook();
+    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() };
+    let caught = (0..60).find_map(|seed| {
+        let report = run_seed(seed, &overrides, Some(Bug::ApplyRetryTwice));
+        (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
+    });
+    let (seed, code, message) = caught.expect("caught within 60 seeds");
+    assert_eq!(code, 129, "seed {seed}: {message}");
+    assert!(message.contains("duplicate") || message.contains("inconsistent"), "seed {seed}: {message}");
+}
+
+/// Request -> routing (entry shard, channel to the owning shard) -> replication -> reply, for
+/// the first send, the first poll and the first consumer-group join of a quiet 3 x 2 cluster.
+#[test]
+fn trace_of_a_send_a_poll_and_a_rebalance() {
+    let overrides = Overrides { replicas: Some(3), shards: Some(2), faults: Some(FaultLevel::None), ..streaming() };
+    // The first seed whose workload has consumer-group members.
+    let (mut rng, scenario) = (0..)
+        .map(|seed| {
+            let mut rng = SimRng::new(seed);
+            let scenario = StreamingScenario::draw(seed, &overrides, &mut rng);
+            (rng, scenario)
+        })
+        .find(|(_, scenario)| scenario.members > 0)
+        .expect("some seed has members");
+    let _ = &mut rng;
+    let mut cluster = StreamingCluster::new(scenario, rng, None);
+    cluster.enable_trace();
+    while cluster.tick * TICK_NS < 5_000_000_000 {
+        cluster.step().expect("no violation");
+    }
+    let lines = cluster.trace_lines();
+    let story = |start: &str, end: &str| -> Vec<String> {
+        let first = lines.iter().position(|line| line.contains(start)).unwrap_or_else(|| panic!("no {start:?}"));
+        let last = first + lines[first..].iter().position(|line| line.contains(end)).expect("answered");
+        lines[first..=last].to_vec()
+    };
+    insta::assert_snapshot!("streaming_send", story("operation=160", "send acked").join("\n"));
+    insta::assert_snapshot!("streaming_poll", story("operation=163", "polled").join("\n"));
+    insta::assert_snapshot!("streaming_join", story("operation=148", "Membership").join("\n"));
+}
