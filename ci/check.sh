@@ -29,3 +29,8 @@ seeds="${VIREO_SWEEP_SEEDS:-2000}"
 cargo build --release -p vireo-sim
 ./target/release/vireo-sim sweep --seeds "$seeds" | tee target/sweep.txt
 grep -qx "$seeds passed, 0 failed" target/sweep.txt
+
+step "streaming simulator sweep (whole clusters: nodes x shards, metadata and partition groups)"
+streaming_seeds="${VIREO_STREAMING_SEEDS:-1000}"
+./target/release/vireo-sim sweep --seeds "$streaming_seeds" --workload streaming | tee target/sweep-streaming.txt
+grep -qx "$streaming_seeds passed, 0 failed" target/sweep-streaming.txt
