@@ -31,10 +31,8 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if !self.is_primary() {
-            // The client guessed wrong: pass the request on to the primary of our view, naming
-            // our group so that the primary's node routes it to us.
-            let mut message = message;
-            message.header.group = crate::header::group_of(self.config.namespace);
+            // The client guessed wrong: pass the request on to the primary of our view, as the
+            // client sent it (its group field, if it names one, routes it on the primary's node).
             io.send(Peer::Replica(self.primary_of(self.view)), message.encode());
             return;
         }

@@ -161,7 +161,7 @@ pub struct StreamClient {
     idle_until: u64,
     /// The administrator's topic starts with this many partitions.
     pub initial_partitions: u32,
-    /// Messages in one send at most.
+    /// Messages in one send: 1 to one less than this.
     pub batch_messages_max: u32,
     /// Values of a send this client just started, for the checker (taken by the cluster).
     pub invoked: Option<Vec<u128>>,
@@ -195,7 +195,7 @@ impl StreamClient {
             idle_until: 0,
             initial_partitions: 1,
             invoked: None,
-            batch_messages_max: 3,
+            batch_messages_max: 4,
         }
     }
 
@@ -470,10 +470,8 @@ impl StreamClient {
             self.idle_until = tick + REQUEST_TIMEOUT_TICKS;
             self.start_over(rng);
             return match pending.work {
-                // Only a first attempt's denial proves the batch never went in.
-                Work::Send { values, .. } if pending.attempts == 1 => {
-                    Observation::SendFailed { values, status: header.status }
-                }
+                // A refusal proves nothing of the request's fate: an earlier attempt, or a copy
+                // the network duplicated, may have been admitted before the session changed.
                 Work::Send { values, .. } => Observation::SendIndeterminate { values },
                 Work::Poll { partition, .. } => {
                     Observation::PollAbandoned { partition: PartitionKey { stream: STREAM, topic: TOPIC, partition } }

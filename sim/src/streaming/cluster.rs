@@ -254,7 +254,6 @@ impl StreamingCluster {
             };
             let mut client = StreamClient::new(index, new_client_id(&mut rng), role, budget);
             client.initial_partitions = scenario.partitions;
-            client.batch_messages_max = scenario.batch_messages_max;
             clients.push(client);
         }
         let faults = scenario.core.fault_level != crate::scenario::FaultLevel::None;
