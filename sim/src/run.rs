@@ -111,15 +111,33 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
         return run_streaming(seed, overrides, bug, trace, report);
     }
     let mut cluster = None;
-    IN_SIMULATION.with(|flag| *flag.borrow_mut() = true);
-    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+    run_caught(&mut report, started, || {
         let built = cluster.insert(Cluster::new(scenario, rng, bug));
         if trace {
             built.enable_trace();
             built.print_trace();
         }
         built.run()
-    }));
+    });
+    if let Some(cluster) = &cluster {
+        report.trace_hash = cluster.trace_hash();
+        report.simulated_ns = cluster.tick * TICK_NS;
+        report.ticks = cluster.tick;
+        report.events = cluster.events_processed;
+        report.commits = cluster.checker.history_len();
+        report.replies_checked = cluster.checker.replies_checked;
+        report.crashes = cluster.crashes();
+        report.disk_faults = cluster.disk_faults();
+        report.partitions = cluster.partitions();
+    }
+    report
+}
+
+/// Runs a simulation with its panics caught (a replica's assertion is exit code 127) and fills
+/// in the report's outcome and wall time.
+fn run_caught(report: &mut RunReport, started: Instant, simulation: impl FnOnce() -> Outcome) {
+    IN_SIMULATION.with(|flag| *flag.borrow_mut() = true);
+    let result = panic::catch_unwind(AssertUnwindSafe(simulation));
     IN_SIMULATION.with(|flag| *flag.borrow_mut() = false);
     report.wall_seconds = started.elapsed().as_secs_f64();
     match result {
@@ -136,18 +154,6 @@ fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> 
                 PANIC_MESSAGE.with(|message| message.borrow_mut().take()).unwrap_or_else(|| "panic".to_string());
         }
     }
-    if let Some(cluster) = &cluster {
-        report.trace_hash = cluster.trace_hash();
-        report.simulated_ns = cluster.tick * TICK_NS;
-        report.ticks = cluster.tick;
-        report.events = cluster.events_processed;
-        report.commits = cluster.checker.history_len();
-        report.replies_checked = cluster.checker.replies_checked;
-        report.crashes = cluster.crashes();
-        report.disk_faults = cluster.disk_faults();
-        report.partitions = cluster.partitions();
-    }
-    report
 }
 
 /// The scenario line a run prints.
@@ -167,31 +173,14 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
     report.scenario = scenario.to_string();
     let started = Instant::now();
     let mut cluster = None;
-    IN_SIMULATION.with(|flag| *flag.borrow_mut() = true);
-    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+    run_caught(&mut report, started, || {
         let built = cluster.insert(StreamingCluster::new(scenario, rng, bug));
         if trace {
             built.enable_trace();
             built.print_trace();
         }
         built.run()
-    }));
-    IN_SIMULATION.with(|flag| *flag.borrow_mut() = false);
-    report.wall_seconds = started.elapsed().as_secs_f64();
-    match result {
-        Ok(outcome) => {
-            report.exit_code = outcome.exit_code();
-            report.message = match outcome {
-                Outcome::Passed => "passed".to_string(),
-                Outcome::Liveness(message) | Outcome::Correctness(message) => message,
-            };
-        }
-        Err(_) => {
-            report.exit_code = EXIT_PANIC;
-            report.message =
-                PANIC_MESSAGE.with(|message| message.borrow_mut().take()).unwrap_or_else(|| "panic".to_string());
-        }
-    }
+    });
     if let Some(cluster) = &cluster {
         report.trace_hash = cluster.trace_hash();
         report.simulated_ns = cluster.tick * TICK_NS;
