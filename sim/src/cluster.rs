@@ -8,7 +8,7 @@
 
 use std::fmt::Write as _;
 
-use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
+use vireo_io::{Completion, Peer, Token, TICK_NS};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{Command, Header};
 use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
@@ -23,6 +23,7 @@ use crate::partition_mirror::PartitionMirror;
 use crate::register_log::RegisterLog;
 use crate::rng::SimRng;
 use crate::scenario::{FaultRates, Scenario};
+use crate::sim_io::{SimEvent, SimIo};
 
 /// The simulator's cluster id: every replica and message of a run carries it.
 pub const CLUSTER: u128 = 0x0056_4952_454f;
@@ -72,83 +73,14 @@ struct Node {
     crashes: u64,
 }
 
-/// One replica's view of the world: the `Io` the real replica code runs on.
-struct SimIo<'a> {
-    now: u64,
-    replica: u8,
-    incarnation: u64,
-    disk: &'a mut SimDisk,
-    rng: &'a mut SimRng,
-    network: &'a Network,
-    rates: &'a FaultRates,
-    queue: &'a mut EventQueue,
-    disk_faults: bool,
-}
-
-impl SimIo<'_> {
-    fn latency(&mut self, min_ns: u64, max_ns: u64) -> u64 {
-        let latency = self.rng.range(min_ns, max_ns);
-        if self.disk_faults && self.rng.chance(self.rates.slow_disk_ppm) {
-            latency * 20
-        } else {
-            latency
-        }
+impl SimEvent for Event {
+    /// The replica and its incarnation (a completion for an earlier one is dropped).
+    type Issuer = (u8, u64);
+    fn deliver(to: Peer, from: Peer, bytes: Vec<u8>) -> Event {
+        Event::Deliver { to, from, bytes }
     }
-
-    fn complete(&mut self, latency: u64, request: DiskRequest, token: Token) {
-        let event = Event::Complete { replica: self.replica, incarnation: self.incarnation, request, token };
-        self.queue.push(self.now + latency, event);
-    }
-}
-
-impl Io for SimIo<'_> {
-    fn now(&self) -> u64 {
-        self.now
-    }
-
-    fn send(&mut self, to: Peer, message: Vec<u8>) {
-        let from = Peer::Replica(self.replica);
-        let delays = self.network.route(from, to, self.rng, self.rates);
-        for delay in delays {
-            self.queue.push(self.now + delay, Event::Deliver { to, from, bytes: message.clone() });
-        }
-    }
-
-    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::Read { file, offset, len }, token);
-    }
-
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
-        let id = self.disk.submit_write(file, offset, bytes);
-        let latency = self.latency(20_000, 200_000);
-        self.complete(latency, DiskRequest::Write { id }, token);
-    }
-
-    fn sync(&mut self, file: FileId, token: Token) {
-        // fdatasync costs about 4 ms on our machines.
-        let latency = self.latency(1_000_000, 4_000_000);
-        let upto = self.disk.sync_point();
-        self.complete(latency, DiskRequest::Sync { file, upto }, token);
-    }
-
-    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::Truncate { file, len }, token);
-    }
-
-    fn remove(&mut self, file: FileId, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::Remove { file }, token);
-    }
-
-    fn list(&mut self, namespace: Namespace, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::List { namespace }, token);
-    }
-
-    fn random(&mut self) -> u64 {
-        self.rng.next_u64()
+    fn complete((replica, incarnation): (u8, u64), request: DiskRequest, token: Token) -> Event {
+        Event::Complete { replica, incarnation, request, token }
     }
 }
 
@@ -156,10 +88,10 @@ impl Io for SimIo<'_> {
 /// node, its disk and the shared queue can all be borrowed at once.
 macro_rules! sim_io {
     ($cluster:ident, $node:ident, $index:expr) => {
-        SimIo {
+        SimIo::<Event> {
             now: $cluster.now,
-            replica: $index,
-            incarnation: $node.incarnation,
+            node: $index,
+            issuer: ($index, $node.incarnation),
             disk: &mut $node.disk,
             rng: &mut $cluster.rng,
             network: &$cluster.network,
@@ -315,7 +247,7 @@ impl Cluster {
     fn with_replica(
         &mut self,
         index: u8,
-        action: impl FnOnce(&mut Replica<RegisterLog>, &mut SimIo),
+        action: impl FnOnce(&mut Replica<RegisterLog>, &mut SimIo<Event>),
     ) -> Result<(), String> {
         let node = &mut self.nodes[index as usize];
         let Some(replica) = node.replica.as_mut() else { return Ok(()) };

@@ -21,4 +21,5 @@ pub mod rng;
 pub mod run;
 pub mod scenario;
 pub mod seeds;
+pub mod sim_io;
 pub mod streaming;

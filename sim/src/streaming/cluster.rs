@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
+use vireo_io::{Completion, Namespace, Peer, Token, TICK_NS};
 use vireo_node::metadata::permissions::ReadKind;
 use vireo_node::metadata::verify_password;
 use vireo_node::metadata_plane::MetadataMachine;
@@ -38,6 +38,7 @@ use crate::network::Network;
 use crate::queue::EventQueue;
 use crate::rng::SimRng;
 use crate::scenario::FaultRates;
+use crate::sim_io::{SimEvent, SimIo};
 
 pub const CLUSTER: u128 = 0x0056_4952_454f_5354;
 /// Frames in flight on one inter-shard channel (entry shard to owner).
@@ -81,85 +82,26 @@ pub struct StreamingCounters {
     pub assignments_checked: u64,
 }
 
-/// One shard's view of the world.
-struct ShardIo<'a> {
-    now: u64,
-    node: u8,
-    shard: u16,
-    incarnation: u64,
-    disk: &'a mut SimDisk,
-    rng: &'a mut SimRng,
-    network: &'a Network,
-    rates: &'a FaultRates,
-    queue: &'a mut EventQueue<Event>,
-    disk_faults: bool,
-}
-
-impl ShardIo<'_> {
-    fn latency(&mut self, min_ns: u64, max_ns: u64) -> u64 {
-        let latency = self.rng.range(min_ns, max_ns);
-        if self.disk_faults && self.rng.chance(self.rates.slow_disk_ppm) {
-            latency * 20
-        } else {
-            latency
-        }
+impl SimEvent for Event {
+    /// The node, its incarnation and the shard that asked.
+    type Issuer = (u8, u64, u16);
+    fn deliver(to: Peer, from: Peer, bytes: Vec<u8>) -> Event {
+        Event::Deliver { to, from, bytes }
     }
-
-    fn complete(&mut self, latency: u64, request: DiskRequest, token: Token) {
-        let event =
-            Event::Complete { node: self.node, incarnation: self.incarnation, shard: self.shard, request, token };
-        self.queue.push(self.now + latency, event);
+    fn complete((node, incarnation, shard): (u8, u64, u16), request: DiskRequest, token: Token) -> Event {
+        Event::Complete { node, incarnation, shard, request, token }
     }
 }
 
-impl Io for ShardIo<'_> {
-    fn now(&self) -> u64 {
-        self.now
-    }
-    fn send(&mut self, to: Peer, message: Vec<u8>) {
-        let from = Peer::Replica(self.node);
-        for delay in self.network.route(from, to, self.rng, self.rates) {
-            self.queue.push(self.now + delay, Event::Deliver { to, from, bytes: message.clone() });
-        }
-    }
-    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::Read { file, offset, len }, token);
-    }
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
-        let id = self.disk.submit_write(file, offset, bytes);
-        let latency = self.latency(20_000, 200_000);
-        self.complete(latency, DiskRequest::Write { id }, token);
-    }
-    fn sync(&mut self, file: FileId, token: Token) {
-        let latency = self.latency(1_000_000, 4_000_000);
-        let upto = self.disk.sync_point();
-        self.complete(latency, DiskRequest::Sync { file, upto }, token);
-    }
-    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::Truncate { file, len }, token);
-    }
-    fn remove(&mut self, file: FileId, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::Remove { file }, token);
-    }
-    fn list(&mut self, namespace: Namespace, token: Token) {
-        let latency = self.latency(20_000, 100_000);
-        self.complete(latency, DiskRequest::List { namespace }, token);
-    }
-    fn random(&mut self) -> u64 {
-        self.rng.next_u64()
-    }
-}
+type ShardIo<'a> = SimIo<'a, Event>;
 
+/// One shard's `Io`, built from disjoint fields of the cluster.
 macro_rules! shard_io {
     ($cluster:ident, $node:ident, $index:expr, $shard:expr) => {
         ShardIo {
             now: $cluster.now,
             node: $index,
-            shard: $shard,
-            incarnation: $node.incarnation,
+            issuer: ($index, $node.incarnation, $shard),
             disk: &mut $node.disk,
             rng: &mut $cluster.rng,
             network: &$cluster.network,
