@@ -14,6 +14,10 @@ pub enum Bug {
     /// Partition logs report batches durable once written, before any sync (handed to the
     /// simulator's partition logs, not to the replica).
     PartitionDurableBeforeSync,
+    /// The node's front door admits a send without checking the user's send permission.
+    SkipSendPermission,
+    /// The node's front door logs in a known user whatever password it is given.
+    AcceptAnyPassword,
 }
 
 #[derive(Clone, Debug)]

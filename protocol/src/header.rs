@@ -5,13 +5,20 @@
 //!
 //! Bytes 128..256 depend on the command:
 //! - Request (5), as `PROTOCOL.md`: client u128 @128, request_checksum u128 @144, timestamp u64 @160,
-//!   request u64 @168, operation u8 @176, session u64 @184, user_id u32 @192, command_code u32 @196.
+//!   request u64 @168, operation u8 @176, session u64 @184, user_id u32 @192, command_code u32 @196;
+//!   then Vireo's origin @200 (see below).
 //! - Eviction (13), as `PROTOCOL.md`: client u128 @128, server_protocol_version u32 @144,
-//!   min version u32 @148, reason u8 @255.
+//!   min version u32 @148, origin @152, reason u8 @255.
 //! - Reply (8) and every replica command, one layout (a superset of the Reply of `PROTOCOL.md`):
 //!   parent u128 @128 (Reply: request_checksum), context u128 @144, client u128 @160, op u64 @176,
 //!   commit u64 @184, timestamp u64 @192, request u64 @200, operation u8 @208, log_view u32 @212,
-//!   status u32 @216, session u64 @224, checkpoint_op u64 @232, count u32 @240, zero to 256.
+//!   status u32 @216, session u64 @224, checkpoint_op u64 @232, count u32 @240, origin @244, zero to
+//!   256.
+//!
+//! The origin (4 bytes: present u8, node u8, shard u16) says which node and shard hold the client
+//! connection a request came in on; the node that admits a client's frame stamps it, a replica
+//! copies it from a request into the reply or eviction it answers with, and the node that holds
+//! the connection clears it before the client sees the frame. Clients send zeros there.
 //!
 //! Between replicas `checksum` is xxh3-128 of bytes 16..256 and `checksum_body` xxh3-128 of the
 //! body, so a header commits to its body and, through `parent`, a prepare to the whole log before
@@ -32,6 +39,33 @@ pub fn group_of(namespace: vireo_io::Namespace) -> u64 {
 /// The namespace a `group` field names, if it names one.
 pub fn group_namespace(group: u64) -> Option<vireo_io::Namespace> {
     (group & GROUP_NAMED != 0).then_some(vireo_io::Namespace(group & !GROUP_NAMED))
+}
+
+/// Where a client's connection lives: the node and the shard that admitted its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Origin {
+    pub node: u8,
+    pub shard: u16,
+}
+
+fn put_origin(bytes: &mut [u8], at: usize, origin: Option<Origin>) {
+    if let Some(origin) = origin {
+        bytes[at] = 1;
+        bytes[at + 1] = origin.node;
+        bytes[at + 2..at + 4].copy_from_slice(&origin.shard.to_le_bytes());
+    }
+}
+
+/// `Err(offset)` for a present byte that is neither 0 nor 1, or an absent origin with bytes set.
+fn get_origin(bytes: &[u8], at: usize) -> Result<Option<Origin>, usize> {
+    match bytes[at] {
+        0 => match (at + 1..at + 4).find(|at| bytes[*at] != 0) {
+            None => Ok(None),
+            Some(at) => Err(at),
+        },
+        1 => Ok(Some(Origin { node: bytes[at + 1], shard: u16::from_le_bytes([bytes[at + 2], bytes[at + 3]]) })),
+        _ => Err(at),
+    }
 }
 
 /// No frame may be larger (`PROTOCOL.md`: cap a frame at 64 MiB).
@@ -154,6 +188,8 @@ pub struct Header {
     pub user_id: u32,
     pub command_code: u32,
     pub reason: u8,
+    /// Requests, replies and evictions: where the client's connection lives (Vireo's).
+    pub origin: Option<Origin>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -233,6 +269,7 @@ impl Header {
             user_id: 0,
             command_code: 0,
             reason: 0,
+            origin: None,
         }
     }
 
@@ -258,11 +295,13 @@ impl Header {
                 put_u64(&mut bytes, 184, self.session);
                 put_u32(&mut bytes, 192, self.user_id);
                 put_u32(&mut bytes, 196, self.command_code);
+                put_origin(&mut bytes, 200, self.origin);
             }
             Layout::Eviction => {
                 put_u128(&mut bytes, 128, self.client);
                 put_u32(&mut bytes, 144, self.status);
                 put_u32(&mut bytes, 148, self.count);
+                put_origin(&mut bytes, 152, self.origin);
                 bytes[255] = self.reason;
             }
             Layout::Replica => {
@@ -279,6 +318,7 @@ impl Header {
                 put_u64(&mut bytes, 224, self.session);
                 put_u64(&mut bytes, 232, self.checkpoint_op);
                 put_u32(&mut bytes, 240, self.count);
+                put_origin(&mut bytes, 244, self.origin);
             }
         }
         bytes
@@ -310,14 +350,22 @@ impl Header {
                 header.session = get_u64(bytes, 184);
                 header.user_id = get_u32(bytes, 192);
                 header.command_code = get_u32(bytes, 196);
-                (177..184).chain(200..256).find(|at| bytes[*at] != 0)
+                match get_origin(bytes, 200) {
+                    Ok(origin) => header.origin = origin,
+                    Err(at) => return Err(DecodeError::Reserved(at)),
+                }
+                (177..184).chain(204..256).find(|at| bytes[*at] != 0)
             }
             Layout::Eviction => {
                 header.client = get_u128(bytes, 128);
                 header.status = get_u32(bytes, 144);
                 header.count = get_u32(bytes, 148);
                 header.reason = bytes[255];
-                (152..255).find(|at| bytes[*at] != 0)
+                match get_origin(bytes, 152) {
+                    Ok(origin) => header.origin = origin,
+                    Err(at) => return Err(DecodeError::Reserved(at)),
+                }
+                (156..255).find(|at| bytes[*at] != 0)
             }
             Layout::Replica => {
                 header.parent = get_u128(bytes, 128);
@@ -333,7 +381,11 @@ impl Header {
                 header.session = get_u64(bytes, 224);
                 header.checkpoint_op = get_u64(bytes, 232);
                 header.count = get_u32(bytes, 240);
-                (209..212).chain(220..224).chain(244..256).find(|at| bytes[*at] != 0)
+                match get_origin(bytes, 244) {
+                    Ok(origin) => header.origin = origin,
+                    Err(at) => return Err(DecodeError::Reserved(at)),
+                }
+                (209..212).chain(220..224).chain(248..256).find(|at| bytes[*at] != 0)
             }
         };
         if let Some(at) = reserved {
@@ -419,11 +471,15 @@ mod tests {
             command in proptest::sample::select(COMMANDS.to_vec()),
             fields in any::<(u128, u128, u128, u32, u32, u8)>(),
             numbers in any::<(u64, u64, u64, u64, u8, u32, u32, u64, u64, u32)>(),
+            origin in proptest::option::of(any::<(u8, u16)>()),
         ) -> Header {
             let command = Command::from_u8(command).unwrap();
             let mut header = Header::new(command, fields.0, fields.5);
             header.view = fields.3;
             header.release = fields.4;
+            if matches!(command, Command::Request | Command::Reply | Command::Eviction) {
+                header.origin = origin.map(|(node, shard)| Origin { node, shard });
+            }
             match command {
                 Command::Request => {
                     header.client = fields.1;

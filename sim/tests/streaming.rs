@@ -54,7 +54,7 @@ fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
     assert!(message.contains("duplicate") || message.contains("inconsistent"), "seed {seed}: {message}");
 }
 
-/// Request -> routing (entry shard, channel to the owning shard) -> replication -> reply, for
+/// Request -> the node's admission, session and routing -> replication -> reply, for
 /// the first send, the first poll and the first consumer-group join of a quiet 3 x 2 cluster.
 #[test]
 fn trace_of_a_send_a_poll_and_a_rebalance() {
@@ -81,6 +81,6 @@ fn trace_of_a_send_a_poll_and_a_rebalance() {
         lines[first..=last].to_vec()
     };
     insta::assert_snapshot!("streaming_send", story("operation=160", "send acked").join("\n"));
-    insta::assert_snapshot!("streaming_poll", story("operation=163", "polled").join("\n"));
+    insta::assert_snapshot!("streaming_poll", story("operation=2 code=100", "polled").join("\n"));
     insta::assert_snapshot!("streaming_join", story("operation=148", "Membership").join("\n"));
 }

@@ -268,6 +268,35 @@ pub fn messages(bytes: &[u8]) -> Result<Vec<Message<'_>>, BatchError> {
         .collect()
 }
 
+/// A stamped batch holding only the messages of `bytes` (a valid stamped batch) whose offsets lie
+/// in `from..to`, stamped anew for where they are (`None` when none do): what a poll that starts
+/// or ends inside a stored batch answers with, so a client sees exactly the messages it asked for.
+pub fn slice(bytes: &[u8], from: u64, to: u64) -> Result<Option<Vec<u8>>, BatchError> {
+    let header = BatchHeader::decode(bytes)?;
+    let spans = message_spans(bytes, &header)?;
+    let first = from.saturating_sub(header.base_offset).min(spans.len() as u64) as usize;
+    let last = to.saturating_sub(header.base_offset).min(spans.len() as u64) as usize;
+    if first >= last {
+        return Ok(None);
+    }
+    if first == 0 && last == spans.len() {
+        return Ok(Some(bytes[..header.batch_length as usize].to_vec()));
+    }
+    let kept = &spans[first..last];
+    let length: usize = BATCH_HEADER_SIZE + kept.iter().map(|(_, len)| len).sum::<usize>();
+    let mut sliced = Vec::with_capacity(length);
+    sliced.extend_from_slice(&bytes[..BATCH_HEADER_SIZE]);
+    for &(at, len) in kept {
+        sliced.extend_from_slice(&bytes[at..at + len]);
+    }
+    let mut sliced_header = header;
+    sliced_header.batch_length = length as u64;
+    sliced_header.message_count = kept.len() as u32;
+    sliced_header.encode_into(&mut sliced);
+    stamp(&mut sliced, header.partition_id, header.base_offset + first as u64, header.base_timestamp)?;
+    Ok(Some(sliced))
+}
+
 /// Builds an unstamped batch as a client would send it.
 #[derive(Default)]
 pub struct BatchBuilder {
@@ -358,6 +387,33 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_slice_holds_exactly_the_messages_in_its_range(
+            messages in prop::collection::vec((any::<u128>(), prop::collection::vec(any::<u8>(), 0..16),
+                prop::collection::vec(any::<u8>(), 0..4)), 1..10),
+            base_offset in 0u64..1000,
+            from in 0u64..1015,
+            span in 0u64..15,
+        ) {
+            let mut bytes = batch_of(&messages);
+            stamp(&mut bytes, 2, base_offset, 5_000).unwrap();
+            let to = from + span;
+            let expected: Vec<_> = super::messages(&bytes).unwrap().into_iter()
+                .filter(|message| (from..to).contains(&message.offset))
+                .map(|message| (message.offset, message.id, message.timestamp, message.payload.to_vec()))
+                .collect();
+            match slice(&bytes, from, to).unwrap() {
+                None => prop_assert!(expected.is_empty()),
+                Some(sliced) => {
+                    validate(&sliced).unwrap();
+                    let got: Vec<_> = super::messages(&sliced).unwrap().into_iter()
+                        .map(|message| (message.offset, message.id, message.timestamp, message.payload.to_vec()))
+                        .collect();
+                    prop_assert_eq!(got, expected);
+                }
+            }
+        }
+
         #[test]
         fn stamped_batches_validate_and_read_back(
             messages in prop::collection::vec((any::<u128>(), prop::collection::vec(any::<u8>(), 0..64),

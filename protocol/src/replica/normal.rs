@@ -43,8 +43,14 @@ impl<S: StateMachine> Replica<S> {
         }
         if register {
             if let Some(entry) = self.client_table.get(header.client) {
+                // Another user presenting this client id does not get its session (nor its
+                // cached replies).
+                if entry.user_id != header.user_id {
+                    self.send_eviction(io, &header);
+                    return;
+                }
                 let entry = entry.clone();
-                self.send_reply(io, header.client, header.parent, entry.request, &entry);
+                self.send_reply(io, &header, entry.request, &entry);
                 return;
             }
         } else {
@@ -52,12 +58,12 @@ impl<S: StateMachine> Replica<S> {
                 RequestOutcome::New => {}
                 RequestOutcome::Duplicate(entry) => {
                     let entry = entry.clone();
-                    self.send_reply(io, header.client, header.parent, header.request, &entry);
+                    self.send_reply(io, &header, header.request, &entry);
                     return;
                 }
                 RequestOutcome::Stale => return,
                 RequestOutcome::Evicted => {
-                    self.send_eviction(io, header.client);
+                    self.send_eviction(io, &header);
                     return;
                 }
             }
@@ -400,10 +406,15 @@ impl<S: StateMachine> Replica<S> {
             let client = request.header.client;
             if request.header.operation == OPERATION_REGISTER {
                 if let Some(entry) = self.client_table.get(client) {
-                    // A register retried into a second prepare: the first one stands.
+                    // A register retried into a second prepare: the first one stands (for the
+                    // user that made it only).
                     if primary {
-                        let entry = entry.clone();
-                        self.send_reply(io, client, request.header.parent, 0, &entry);
+                        if entry.user_id != request.header.user_id {
+                            self.send_eviction(io, &request.header);
+                        } else {
+                            let entry = entry.clone();
+                            self.send_reply(io, &request.header, 0, &entry);
+                        }
                     }
                     continue;
                 }
@@ -418,13 +429,15 @@ impl<S: StateMachine> Replica<S> {
                 };
                 self.client_table.register(client, entry.clone());
                 if primary {
-                    self.send_reply(io, client, request.header.parent, 0, &entry);
+                    self.send_reply(io, &request.header, 0, &entry);
                 }
                 continue;
             }
             match self.client_table.outcome(client, request.header.session, request.header.request) {
                 RequestOutcome::New => {
-                    let user_id = self.client_table.get(client).map_or(0, |entry| entry.user_id);
+                    // The node that admitted the request stamped the user its connection is logged
+                    // in as (a client re-logging in as someone else keeps its client id).
+                    let user_id = request.header.user_id;
                     let reply = self.state_machine.apply(op, header.timestamp, &request.header, user_id, request.body);
                     let entry = ClientEntry {
                         session: request.header.session,
@@ -439,19 +452,19 @@ impl<S: StateMachine> Replica<S> {
                         self.client_table.update(client, entry.clone());
                     }
                     if primary {
-                        self.send_reply(io, client, request.header.parent, request.header.request, &entry);
+                        self.send_reply(io, &request.header, request.header.request, &entry);
                     }
                 }
                 RequestOutcome::Duplicate(entry) => {
                     if primary {
                         let entry = entry.clone();
-                        self.send_reply(io, client, request.header.parent, request.header.request, &entry);
+                        self.send_reply(io, &request.header, request.header.request, &entry);
                     }
                 }
                 RequestOutcome::Stale => {}
                 RequestOutcome::Evicted => {
                     if primary {
-                        self.send_eviction(io, client);
+                        self.send_eviction(io, &request.header);
                     }
                 }
             }
@@ -463,23 +476,28 @@ impl<S: StateMachine> Replica<S> {
         self.event(ReplicaEvent::Committed { op, checksum: header.checksum, digest });
     }
 
-    fn send_reply(&self, io: &mut impl Io, client: u128, request_checksum: u128, request: u64, entry: &ClientEntry) {
+    /// Answers `request` (its client, checksum and origin) with `entry`'s reply.
+    fn send_reply(&self, io: &mut impl Io, request: &Header, request_number: u64, entry: &ClientEntry) {
+        let client = request.client;
         let mut header = self.header(Command::Reply);
-        header.parent = request_checksum;
+        header.parent = request.parent;
         header.client = client;
+        header.origin = request.origin;
         header.op = entry.reply_op;
         header.commit = self.commit_max;
         header.timestamp = entry.reply_timestamp;
-        header.request = request;
+        header.request = request_number;
         header.operation = entry.reply_operation;
         header.session = entry.session;
         let message = Message::new(header, entry.reply.clone());
         io.send(Peer::Client(client), message.encode());
     }
 
-    fn send_eviction(&self, io: &mut impl Io, client: u128) {
+    fn send_eviction(&self, io: &mut impl Io, request: &Header) {
+        let client = request.client;
         let mut header = self.header(Command::Eviction);
         header.client = client;
+        header.origin = request.origin;
         header.reason = EVICTION_REASON_NO_SESSION;
         let message = Message::new(header, Vec::new());
         io.send(Peer::Client(client), message.encode());

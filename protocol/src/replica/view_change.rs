@@ -109,8 +109,12 @@ impl<S: StateMachine> Replica<S> {
         self.view_change_progress(io);
     }
 
+    /// start_view_change carries the view its sender has promised (`context`): a replica that
+    /// promised a view can never again follow an older one, so the others must come up to it.
     fn send_start_view_change(&mut self, io: &mut impl Io) {
-        let message = Message::new(self.header(Command::StartViewChange), Vec::new());
+        let mut header = self.header(Command::StartViewChange);
+        header.context = self.view_promised as u128;
+        let message = Message::new(header, Vec::new());
         self.send_to_others(io, &message);
     }
 
@@ -119,12 +123,16 @@ impl<S: StateMachine> Replica<S> {
         if view < self.view {
             return;
         }
+        // The sender promised a view above ours: it will never take part in ours again (its
+        // vote may have counted towards a view-change quorum), so ours cannot go on without it
+        // for long: move up even if ours still works.
+        let promised_above = message.header.context > self.view as u128;
         let join = match self.status {
             Status::Opening => false,
             Status::Recovering => true,
             // A backup that still hears its primary, or a primary that still hears a replication
             // quorum acknowledge, does not let one partitioned replica disrupt a working view.
-            Status::Normal => view > self.view && !self.leading_recently(),
+            Status::Normal => view > self.view && (!self.leading_recently() || promised_above),
             Status::ViewChange => view > self.view,
         };
         if join {

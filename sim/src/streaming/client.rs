@@ -1,8 +1,18 @@
-//! A simulated streaming client: one session per group it talks to (the metadata group, each
-//! partition's group), one request in flight, retried with the same request number until it is
-//! answered (so a retried send must land once), and a script by role:
+//! A simulated streaming client that speaks to a node exactly as an Iggy SDK does
+//! (`PROTOCOL.md`): one connection to one node at a time, one login (a Register carrying the
+//! credentials, with a client id drawn anew for every login), metadata commands numbered by the
+//! client in its session, partition requests and reads carrying the number it has not used yet,
+//! and one request in flight. The node does the rest (sessions in partition groups, re-sends).
+//!
+//! When a reply does not come within `REQUEST_TIMEOUT_TICKS`, or the connection breaks, the
+//! client does what an SDK's application would: it drops the connection, connects to another
+//! node and logs in again (a new client id), and treats what was in flight as of unknown fate
+//! (a send is indeterminate and its values are never sent again; a committing poll abandons its
+//! run).
+//!
+//! Scripts by role:
 //! - the administrator creates the stream, the topic and a consumer group, then adds partitions
-//!   and creates and deletes a second topic while traffic runs;
+//!   and creates and deletes a second stream and group while traffic runs;
 //! - a producer sends batches of unique values (message ids) with every partitioning kind;
 //! - a consumer polls every partition in turn, from its own position (strategy offset) or from
 //!   its stored offset with auto-commit (strategy next);
@@ -12,24 +22,24 @@
 
 use std::collections::BTreeMap;
 
-use vireo_io::{Namespace, Peer};
 use vireo_node::metadata_plane::operation_of;
-use vireo_node::partition::request::{
-    decode_poll_reply, decode_send_reply, reply_status, ConsumerKey, PartitionRequest,
-};
-use vireo_node::partitioning::{partition_for, Partitioning};
-use vireo_node::routing::primary_offset;
-use vireo_protocol::header::{group_of, Command, Header, Message};
+use vireo_node::node::OPERATION_NON_REPLICATED;
+use vireo_node::partition::request::OPERATION_SEND_MESSAGES;
+use vireo_node::ConnectionId;
+use vireo_protocol::header::{Command, Header, Message};
 use vireo_protocol::request::OPERATION_REGISTER;
-use vireo_protocol::wire::{self, ClientRequest, LoginRegister, Name, ResultSection, ShortBytes};
+use vireo_protocol::wire::{
+    self, ClientRequest, Consumer, ConsumerKind, LoginRegister, LoginReply, MessagesKey, Name, Partitioning,
+    PollMessages, PollingKind, PollingStrategy, ResultSection, SendMessages, SendMessagesReply, ShortBytes,
+};
 use vireo_storage::batch::{self, BatchBuilder};
-use vireo_storage::partition::PollingStrategy;
+use vireo_storage::checksum::checksum64;
 
 use crate::kafka_log::PartitionKey;
 use crate::rng::SimRng;
 
-/// Ticks a request waits for its reply before it is sent again (to another node).
-pub const REQUEST_TIMEOUT_TICKS: u64 = 40;
+/// Ticks a request waits for its reply before the client gives up on the connection.
+pub const REQUEST_TIMEOUT_TICKS: u64 = 300;
 /// The stream and topic every producer and consumer uses (ids from 0).
 pub const STREAM: u32 = 0;
 pub const TOPIC: u32 = 0;
@@ -43,7 +53,7 @@ pub enum Role {
     Member,
 }
 
-/// What the cluster learns from the administrator's replies: the topic's partitions.
+/// What the cluster learns from the committed metadata: the topic's partitions.
 #[derive(Clone, Debug, Default)]
 pub struct Topology {
     pub partitions: Vec<u32>,
@@ -52,9 +62,9 @@ pub struct Topology {
 
 #[derive(Clone, Debug)]
 enum Work {
-    Register,
+    Login,
     Admin(AdminStep),
-    Send { partition: u32, values: Vec<u128> },
+    Send { values: Vec<u128> },
     Poll { partition: u32, from: u64 },
     Join,
     Leave,
@@ -72,31 +82,50 @@ enum AdminStep {
     DeleteChurnGroup,
 }
 
-#[derive(Clone, Debug)]
-struct Pending {
-    group: Namespace,
-    work: Work,
-    frame: Vec<u8>,
-    request: u64,
-    sent_tick: u64,
-    target: u8,
-    /// Times sent: a denial of a retry says nothing of the first attempt's fate.
-    attempts: u32,
+impl AdminStep {
+    fn name(self) -> &'static str {
+        match self {
+            AdminStep::CreateStream => "create_stream",
+            AdminStep::CreateTopic => "create_topic",
+            AdminStep::CreateGroup => "create_consumer_group",
+            AdminStep::AddPartition => "create_partitions",
+            AdminStep::CreateChurnStream => "create_stream churn",
+            AdminStep::DeleteChurnStream => "delete_stream churn",
+            AdminStep::CreateChurnGroup => "create_consumer_group churn",
+            AdminStep::DeleteChurnGroup => "delete_consumer_group churn",
+        }
+    }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-struct Session {
-    session: u64,
+#[derive(Clone, Debug)]
+struct Pending {
+    work: Work,
     request: u64,
-    view: u32,
+    sent_tick: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Login {
+    Anonymous,
+    Pending,
+    LoggedIn { session: u64 },
+}
+
+/// What the client asks the world to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientAction {
+    /// Open a connection to this node (the cluster answers with `connected`).
+    Connect { node: u8 },
+    /// Send this frame on the connection.
+    Frame(Vec<u8>),
+    /// Close the connection.
+    Disconnect,
 }
 
 /// What a reply meant, for the checkers and the trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observation {
-    Nothing,
-    Registered {
-        group: Namespace,
+    LoggedIn {
         session: u64,
     },
     SendAcked {
@@ -104,11 +133,12 @@ pub enum Observation {
         base_offset: u64,
         values: Vec<u128>,
     },
-    /// The session was evicted or refused with the batch in flight: it may or may not be in.
+    /// The connection broke or the session was lost with the batch in flight: it may or may
+    /// not be in.
     SendIndeterminate {
         values: Vec<u128>,
     },
-    /// Denied before commit: definitely not in.
+    /// Refused before it reached a group: definitely not in.
     SendFailed {
         values: Vec<u128>,
         status: u32,
@@ -128,43 +158,48 @@ pub enum Observation {
         joined: bool,
         status: u32,
     },
-    Evicted {
-        group: Namespace,
-    },
     /// A poll given up without its reply: it may have been applied (and, with auto-commit,
     /// moved the stored offset past messages this consumer never saw).
     PollAbandoned {
         partition: PartitionKey,
     },
+    /// A request refused by the node (status in the reply header).
     Denied {
-        group: Namespace,
+        operation: u8,
         status: u32,
     },
+    Disconnected,
 }
 
 pub struct StreamClient {
     pub index: usize,
+    /// The client id of the current login (an SDK draws a new one for every login).
     pub id: u128,
     pub role: Role,
-    sessions: BTreeMap<Namespace, Session>,
+    connection: Option<(ConnectionId, u8)>,
+    login: Login,
+    /// The SDK's request counter: the next number a metadata command takes (from 1).
+    request_counter: u64,
     pending: Option<Pending>,
     /// Sends left (producers), membership flips left (members), admin steps done.
     budget: u64,
     sequence: u64,
     positions: BTreeMap<u32, u64>,
-    /// The end of each partition as the last poll saw it (last offset + 1).
-    seen_ends: BTreeMap<u32, u64>,
     poll_cursor: usize,
     member: bool,
     admin_steps: Vec<AdminStep>,
     finishing: bool,
     idle_until: u64,
+    /// The next node to connect to (clients go round the nodes when one fails them).
+    next_node: u8,
     /// The administrator's topic starts with this many partitions.
     pub initial_partitions: u32,
     /// Messages in one send: 1 to one less than this.
     pub batch_messages_max: u32,
     /// Values of a send this client just started, for the checker (taken by the cluster).
     pub invoked: Option<Vec<u128>>,
+    /// What the client saw since the cluster last took them.
+    pub observations: Vec<Observation>,
 }
 
 pub fn new_client_id(rng: &mut SimRng) -> u128 {
@@ -172,7 +207,7 @@ pub fn new_client_id(rng: &mut SimRng) -> u128 {
 }
 
 impl StreamClient {
-    pub fn new(index: usize, id: u128, role: Role, budget: u64) -> StreamClient {
+    pub fn new(index: usize, id: u128, role: Role, budget: u64, first_node: u8) -> StreamClient {
         let admin_steps = if role == Role::Admin {
             vec![AdminStep::CreateStream, AdminStep::CreateTopic, AdminStep::CreateGroup]
         } else {
@@ -182,26 +217,34 @@ impl StreamClient {
             index,
             id,
             role,
-            sessions: BTreeMap::new(),
+            connection: None,
+            login: Login::Anonymous,
+            request_counter: 1,
             pending: None,
             budget,
             sequence: 0,
             positions: BTreeMap::new(),
-            seen_ends: BTreeMap::new(),
             poll_cursor: 0,
             member: false,
             admin_steps,
             finishing: false,
             idle_until: 0,
+            next_node: first_node,
             initial_partitions: 1,
-            invoked: None,
             batch_messages_max: 4,
+            invoked: None,
+            observations: Vec::new(),
         }
     }
 
     /// The producer or consumer number the checker knows this client by.
     pub fn actor(&self) -> u64 {
         self.index as u64
+    }
+
+    /// The connection this client holds, if any.
+    pub fn connection(&self) -> Option<(ConnectionId, u8)> {
+        self.connection
     }
 
     /// The liveness phase: stop starting new disruptive work, finish what the script needs.
@@ -225,74 +268,111 @@ impl StreamClient {
         }
     }
 
-    fn guess_primary(&self, group: Namespace, nodes: u8) -> u8 {
-        let view = self.sessions.get(&group).map_or(0, |session| session.view);
-        ((view as u64 + primary_offset(group, nodes) as u64) % nodes as u64) as u8
+    /// The cluster opened the connection this client asked for.
+    pub fn connected(&mut self, connection: ConnectionId, node: u8) {
+        assert!(self.connection.is_none());
+        self.connection = Some((connection, node));
+        self.login = Login::Anonymous;
     }
 
-    /// The next frame to send, if any: a retry of the request in flight once it timed out, or
-    /// the script's next request.
-    pub fn tick(&mut self, tick: u64, rng: &mut SimRng, topology: &Topology, nodes: u8) -> Option<(Peer, Vec<u8>)> {
-        if let Some(pending) = &mut self.pending {
+    /// The node to connect to was down: the next one, a little later.
+    pub fn connect_failed(&mut self, nodes: u8) {
+        self.next_node = (self.next_node + 1) % nodes;
+        self.idle_until = self.idle_until.max(1);
+    }
+
+    /// The connection broke (the node crashed or closed it, or a frame was lost on it): what
+    /// was in flight has an unknown fate.
+    pub fn disconnected(&mut self, nodes: u8) {
+        if self.connection.take().is_none() {
+            return;
+        }
+        self.next_node = (self.next_node + 1) % nodes;
+        self.login = Login::Anonymous;
+        if let Some(pending) = self.pending.take() {
+            self.abandon(pending);
+        }
+        self.observations.push(Observation::Disconnected);
+    }
+
+    fn abandon(&mut self, pending: Pending) {
+        match pending.work {
+            Work::Send { values } => self.observations.push(Observation::SendIndeterminate { values }),
+            Work::Poll { partition, .. } => self.observations.push(Observation::PollAbandoned {
+                partition: PartitionKey { stream: STREAM, topic: TOPIC, partition },
+            }),
+            _ => {}
+        }
+    }
+
+    /// What the client does next, if anything.
+    pub fn tick(&mut self, tick: u64, rng: &mut SimRng, topology: &Topology, nodes: u8) -> Option<ClientAction> {
+        if let Some(pending) = &self.pending {
             if tick < pending.sent_tick + REQUEST_TIMEOUT_TICKS {
                 return None;
             }
-            // The node may be down or not the primary any more: try another.
-            pending.sent_tick = tick;
-            pending.attempts += 1;
-            pending.target = rng.below(nodes as u64) as u8;
-            return Some((Peer::Replica(pending.target), pending.frame.clone()));
+            // No answer: give the node up.
+            self.disconnected(nodes);
+            self.idle_until = tick + rng.range(1, 10);
+            return Some(ClientAction::Disconnect);
         }
         if tick < self.idle_until {
             return None;
         }
-        let (group, work) = self.next_work(rng, topology)?;
-        // Every group's session is vouched for by a metadata session: log in first.
-        let logged_in = self.sessions.get(&Namespace::METADATA).is_some_and(|session| session.session != 0);
-        let group = if logged_in { group } else { Namespace::METADATA };
-        let registered = self.sessions.get(&group).is_some_and(|session| session.session != 0);
-        let work = if registered { work } else { Work::Register };
-        if let Work::Send { values, .. } = &work {
+        let Some(_) = self.connection else {
+            return Some(ClientAction::Connect { node: self.next_node % nodes });
+        };
+        match self.login {
+            Login::Pending => return None,
+            Login::Anonymous => {
+                self.id = new_client_id(rng);
+                self.request_counter = 1;
+                self.login = Login::Pending;
+                let body = ClientRequest::LoginRegister(self.credentials()).encode();
+                let mut header = self.request_header(OPERATION_REGISTER, 0, 0);
+                header.parent = checksum64(&body) as u128;
+                self.pending = Some(Pending { work: Work::Login, request: 0, sent_tick: tick });
+                return Some(ClientAction::Frame(Message::new(header, body).encode()));
+            }
+            Login::LoggedIn { .. } => {}
+        }
+        let work = self.next_work(rng, topology)?;
+        let (header, body) = self.request(&work, rng, topology);
+        if let Work::Send { values } = &work {
             self.invoked = Some(values.clone());
         }
-        let (operation, body, request, session) = match &work {
-            Work::Register => (OPERATION_REGISTER, self.register_body(group), 0, 0),
-            other => {
-                let (operation, body) = self.request_body(other);
-                let session = self.sessions.get_mut(&group).expect("registered");
-                session.request += 1;
-                (operation, body, session.request, session.session)
-            }
-        };
-        let mut header = Header::new(Command::Request, 0, 0);
-        header.client = self.id;
-        header.group = group_of(group);
-        header.operation = operation;
-        header.request = request;
-        header.session = session;
-        let frame = Message::new(header, body).encode();
-        let target = self.guess_primary(group, nodes);
-        self.pending =
-            Some(Pending { group, work, frame: frame.clone(), request, sent_tick: tick, target, attempts: 1 });
-        Some((Peer::Replica(target), frame))
+        self.pending = Some(Pending { work, request: header.request, sent_tick: tick });
+        Some(ClientAction::Frame(Message::new(header, body).encode()))
     }
 
-    fn register_body(&self, group: Namespace) -> Vec<u8> {
-        if !group.is_metadata() {
-            return Vec::new();
-        }
-        let login = LoginRegister {
+    fn credentials(&self) -> LoginRegister {
+        LoginRegister {
             protocol_version: 0x2C00,
             sdk_name: Name::new("vireo-sim").expect("name"),
             sdk_version: Name::new("0.1.0").expect("name"),
             username: Name::new("iggy").expect("name"),
             password: ShortBytes::new(b"iggy".to_vec()).expect("password"),
             context: Vec::new(),
-        };
-        ClientRequest::LoginRegister(login).encode()
+        }
     }
 
-    fn next_work(&mut self, rng: &mut SimRng, topology: &Topology) -> Option<(Namespace, Work)> {
+    fn session(&self) -> u64 {
+        match self.login {
+            Login::LoggedIn { session } => session,
+            _ => 0,
+        }
+    }
+
+    fn request_header(&self, operation: u8, request: u64, session: u64) -> Header {
+        let mut header = Header::new(Command::Request, 0, 0);
+        header.client = self.id;
+        header.operation = operation;
+        header.request = request;
+        header.session = session;
+        header
+    }
+
+    fn next_work(&mut self, rng: &mut SimRng, topology: &Topology) -> Option<Work> {
         match self.role {
             Role::Admin => {
                 if self.admin_steps.is_empty() && !self.finishing && rng.chance(30_000) {
@@ -307,8 +387,7 @@ impl StreamClient {
                         self.admin_steps.push(step);
                     }
                 }
-                let step = *self.admin_steps.first()?;
-                Some((Namespace::METADATA, Work::Admin(step)))
+                Some(Work::Admin(*self.admin_steps.first()?))
             }
             Role::Producer => {
                 if self.budget == 0 || topology.partitions.is_empty() {
@@ -321,13 +400,7 @@ impl StreamClient {
                         ((self.index as u128 + 1) << 64) | self.sequence as u128
                     })
                     .collect();
-                let partitioning = match rng.below(3) {
-                    0 => Partitioning::Balanced,
-                    1 => Partitioning::PartitionId(*rng.pick(&topology.partitions)),
-                    _ => Partitioning::MessagesKey(format!("key-{}", rng.below(16)).into_bytes()),
-                };
-                let partition = partition_for(&partitioning, self.sequence, &topology.partitions)?;
-                Some((Namespace::partition(STREAM, TOPIC, partition), Work::Send { partition, values }))
+                Some(Work::Send { values })
             }
             Role::Consumer { .. } => {
                 if topology.partitions.is_empty() {
@@ -336,176 +409,179 @@ impl StreamClient {
                 self.poll_cursor = (self.poll_cursor + 1) % topology.partitions.len();
                 let partition = topology.partitions[self.poll_cursor];
                 let from = self.positions.get(&partition).copied().unwrap_or(0);
-                Some((Namespace::partition(STREAM, TOPIC, partition), Work::Poll { partition, from }))
+                Some(Work::Poll { partition, from })
             }
             Role::Member => {
                 if !topology.group_created || (self.finishing && !self.member) || self.budget == 0 {
                     return None;
                 }
-                Some((Namespace::METADATA, if self.member { Work::Leave } else { Work::Join }))
+                Some(if self.member { Work::Leave } else { Work::Join })
             }
         }
     }
 
-    fn request_body(&mut self, work: &Work) -> (u8, Vec<u8>) {
+    /// The header and body of `work`'s request, numbered as the SDK numbers them.
+    fn request(&mut self, work: &Work, rng: &mut SimRng, topology: &Topology) -> (Header, Vec<u8>) {
         let id = |value: u32| wire::Identifier::Numeric(value);
-        let metadata = |request: ClientRequest| {
+        let name = |text: &str| Name::new(text).expect("name");
+        let session = self.session();
+        let metadata = |client: &mut StreamClient, request: ClientRequest| {
             let operation = operation_of(request.command_code()).expect("a metadata command");
-            (operation, request.encode())
+            let body = request.encode();
+            let number = client.request_counter;
+            client.request_counter += 1;
+            let mut header = client.request_header(operation, number, session);
+            header.parent = checksum64(&body) as u128;
+            (header, body)
         };
         match work {
-            Work::Register => unreachable!("built by tick"),
-            Work::Admin(step) => metadata(match step {
-                AdminStep::CreateStream => ClientRequest::CreateStream {
-                    name: Name::new("orders").expect("name"),
-                    options: wire::Options::empty(),
-                },
-                AdminStep::CreateTopic => ClientRequest::CreateTopic {
-                    stream: id(STREAM),
-                    partitions_count: self.budget_partitions(),
-                    name: Name::new("events").expect("name"),
-                    options: wire::Options::empty(),
-                },
-                AdminStep::CreateGroup => ClientRequest::CreateConsumerGroup {
-                    stream: id(STREAM),
-                    topic: id(TOPIC),
-                    name: Name::new("readers").expect("name"),
-                },
-                AdminStep::AddPartition => {
-                    ClientRequest::CreatePartitions { stream: id(STREAM), topic: id(TOPIC), count: 1 }
-                }
-                AdminStep::CreateChurnStream => ClientRequest::CreateStream {
-                    name: Name::new("churn").expect("name"),
-                    options: wire::Options::empty(),
-                },
-                AdminStep::DeleteChurnStream => {
-                    ClientRequest::DeleteStream { stream: wire::Identifier::Name(Name::new("churn").expect("name")) }
-                }
-                AdminStep::CreateChurnGroup => ClientRequest::CreateConsumerGroup {
-                    stream: id(STREAM),
-                    topic: id(TOPIC),
-                    name: Name::new("churn").expect("name"),
-                },
-                AdminStep::DeleteChurnGroup => ClientRequest::DeleteConsumerGroup {
-                    stream: id(STREAM),
-                    topic: id(TOPIC),
-                    group: wire::Identifier::Name(Name::new("churn").expect("name")),
-                },
-            }),
-            Work::Join | Work::Leave => metadata(if matches!(work, Work::Join) {
-                ClientRequest::JoinConsumerGroup { stream: id(STREAM), topic: id(TOPIC), group: id(GROUP) }
-            } else {
-                ClientRequest::LeaveConsumerGroup { stream: id(STREAM), topic: id(TOPIC), group: id(GROUP) }
-            }),
-            Work::Send { partition, values } => {
+            Work::Login => unreachable!("built by tick"),
+            Work::Admin(step) => {
+                let request = match step {
+                    AdminStep::CreateStream => {
+                        ClientRequest::CreateStream { name: name("orders"), options: wire::Options::empty() }
+                    }
+                    AdminStep::CreateTopic => ClientRequest::CreateTopic {
+                        stream: id(STREAM),
+                        partitions_count: self.initial_partitions,
+                        name: name("events"),
+                        options: wire::Options::empty(),
+                    },
+                    AdminStep::CreateGroup => ClientRequest::CreateConsumerGroup {
+                        stream: id(STREAM),
+                        topic: id(TOPIC),
+                        name: name("readers"),
+                    },
+                    AdminStep::AddPartition => {
+                        ClientRequest::CreatePartitions { stream: id(STREAM), topic: id(TOPIC), count: 1 }
+                    }
+                    AdminStep::CreateChurnStream => {
+                        ClientRequest::CreateStream { name: name("churn"), options: wire::Options::empty() }
+                    }
+                    AdminStep::DeleteChurnStream => {
+                        ClientRequest::DeleteStream { stream: wire::Identifier::Name(name("churn")) }
+                    }
+                    AdminStep::CreateChurnGroup => {
+                        ClientRequest::CreateConsumerGroup { stream: id(STREAM), topic: id(TOPIC), name: name("churn") }
+                    }
+                    AdminStep::DeleteChurnGroup => ClientRequest::DeleteConsumerGroup {
+                        stream: id(STREAM),
+                        topic: id(TOPIC),
+                        group: wire::Identifier::Name(name("churn")),
+                    },
+                };
+                metadata(self, request)
+            }
+            Work::Join => metadata(
+                self,
+                ClientRequest::JoinConsumerGroup { stream: id(STREAM), topic: id(TOPIC), group: id(GROUP) },
+            ),
+            Work::Leave => metadata(
+                self,
+                ClientRequest::LeaveConsumerGroup { stream: id(STREAM), topic: id(TOPIC), group: id(GROUP) },
+            ),
+            Work::Send { values } => {
                 let mut builder = BatchBuilder::new();
                 for value in values {
                     builder.push(*value, &value.to_le_bytes()[..8], &[]);
                 }
-                let request = PartitionRequest::Send { partition: *partition, batch: builder.finish(0) };
-                (request.operation(), request.encode())
+                let partitioning = match rng.below(3) {
+                    0 => Partitioning::Balanced,
+                    1 => Partitioning::PartitionId(*rng.pick(&topology.partitions)),
+                    _ => Partitioning::MessagesKey(
+                        MessagesKey::new(format!("key-{}", rng.below(16)).into_bytes()).expect("a short key"),
+                    ),
+                };
+                let send =
+                    SendMessages::new(id(STREAM), id(TOPIC), partitioning, builder.finish(0)).expect("a whole batch");
+                let body = ClientRequest::SendMessages(send).encode();
+                // Partition requests carry the number the next metadata command will take.
+                (self.request_header(OPERATION_SEND_MESSAGES, self.request_counter, session), body)
             }
             Work::Poll { partition, from } => {
                 let committing = matches!(self.role, Role::Consumer { committing: true });
-                let request = PartitionRequest::Poll {
-                    partition: *partition,
-                    consumer: ConsumerKey::Consumer(self.index as u32),
-                    strategy: if committing { PollingStrategy::Next } else { PollingStrategy::Offset(*from) },
+                let strategy = if committing {
+                    PollingStrategy { kind: PollingKind::Next, value: 0 }
+                } else {
+                    PollingStrategy { kind: PollingKind::Offset, value: *from }
+                };
+                let poll = PollMessages {
+                    consumer: Consumer { kind: ConsumerKind::Consumer, id: id(self.index as u32) },
+                    stream: id(STREAM),
+                    topic: id(TOPIC),
+                    partition_id: Some(*partition),
+                    strategy,
                     count: 1 + (self.sequence % 16) as u32,
                     auto_commit: committing,
                 };
                 self.sequence += 1;
-                (request.operation(), request.encode())
+                let body = ClientRequest::PollMessages(poll).encode();
+                let mut header = self.request_header(OPERATION_NON_REPLICATED, self.request_counter, session);
+                header.command_code = wire::command::POLL_MESSAGES;
+                (header, body)
             }
         }
     }
 
-    fn budget_partitions(&self) -> u32 {
-        self.initial_partitions
-    }
-
-    /// Drops every session and takes a new client id: requests of the old sessions may still be
-    /// in flight, so their numbers must never be used again (the cluster would answer a new
-    /// request with an old one's reply).
-    fn start_over(&mut self, rng: &mut SimRng) {
-        self.id = new_client_id(rng);
-        self.sessions.clear();
-    }
-
-    /// A frame from the cluster addressed to this client.
-    pub fn on_message(&mut self, bytes: &[u8], tick: u64, rng: &mut SimRng) -> Observation {
-        let Ok(message) = Message::decode(bytes, true) else { return Observation::Nothing };
+    /// A frame the node sent on this client's connection.
+    pub fn on_frame(&mut self, bytes: &[u8], tick: u64, rng: &mut SimRng) {
+        let Ok(message) = Message::decode(bytes, true) else { return };
         let header = message.header;
-        let Some(pending) = &self.pending else { return Observation::Nothing };
-        let group = pending.group;
-        if header.group != group_of(group) || header.client != self.id {
-            return Observation::Nothing;
+        if header.client != self.id || !matches!(header.command, Command::Reply | Command::Eviction) {
+            return;
         }
+        let Some(pending) = self.pending.take() else { return };
         if header.command == Command::Eviction {
-            let pending = self.pending.take().expect("pending");
-            self.start_over(rng);
-            return match pending.work {
-                Work::Send { values, .. } => {
-                    // Its fate is unknown; new values from here on (a resend could duplicate).
-                    Observation::SendIndeterminate { values }
-                }
-                Work::Poll { partition, .. } => {
-                    Observation::PollAbandoned { partition: PartitionKey { stream: STREAM, topic: TOPIC, partition } }
-                }
-                _ => Observation::Evicted { group },
-            };
+            // The session is gone: log in again.
+            self.login = Login::Anonymous;
+            self.abandon(pending);
+            return;
         }
-        // A register answered from an existing session carries that session's last request
-        // number: the next request must go above it.
-        let register = matches!(pending.work, Work::Register);
-        if header.command != Command::Reply || (header.request != pending.request && !register) {
-            return Observation::Nothing;
+        if header.request != pending.request {
+            self.pending = Some(pending);
+            return;
         }
-        let pending = self.pending.take().expect("pending");
-        let session = self.sessions.entry(group).or_default();
-        session.view = session.view.max(header.view);
         if header.status != 0 {
-            // Refused by the node before it reached the group (not logged in, no permission):
-            // nothing was applied. Wait a little and start over with a fresh login.
-            self.idle_until = tick + REQUEST_TIMEOUT_TICKS;
-            self.start_over(rng);
-            return match pending.work {
-                // A refusal proves nothing of the request's fate: an earlier attempt, or a copy
-                // the network duplicated, may have been admitted before the session changed.
-                Work::Send { values, .. } => Observation::SendIndeterminate { values },
-                Work::Poll { partition, .. } => {
-                    Observation::PollAbandoned { partition: PartitionKey { stream: STREAM, topic: TOPIC, partition } }
+            self.idle_until = tick + rng.range(5, 50);
+            let observation = match pending.work {
+                Work::Login => {
+                    self.login = Login::Anonymous;
+                    Observation::Denied { operation: OPERATION_REGISTER, status: header.status }
                 }
-                _ => Observation::Denied { group, status: header.status },
+                Work::Send { values } => Observation::SendFailed { values, status: header.status },
+                Work::Poll { partition, .. } => {
+                    // Refused before any group saw it: its run goes on where it was.
+                    let _ = partition;
+                    Observation::Denied { operation: OPERATION_NON_REPLICATED, status: header.status }
+                }
+                _ => Observation::Denied { operation: header.operation, status: header.status },
             };
+            self.observations.push(observation);
+            return;
         }
-        match pending.work {
-            Work::Register => {
-                let session = self.sessions.entry(group).or_default();
-                session.session = header.session;
-                session.request = header.request;
-                Observation::Registered { group, session: header.session }
-            }
+        let observation = match pending.work {
+            Work::Login => match LoginReply::decode(&message.body) {
+                Ok(reply) if reply.session != 0 => {
+                    self.login = Login::LoggedIn { session: reply.session };
+                    Observation::LoggedIn { session: reply.session }
+                }
+                _ => {
+                    self.login = Login::Anonymous;
+                    Observation::Denied { operation: OPERATION_REGISTER, status: u32::MAX }
+                }
+            },
             Work::Admin(step) => {
-                let Ok((section, payload)) = ResultSection::decode_prefix(&message.body) else {
-                    return Observation::Nothing;
+                let (status, ids) = match ResultSection::decode_prefix(&message.body) {
+                    Ok((section, payload)) => (
+                        section.entries.first().map_or(0, |entry| entry.result),
+                        payload.chunks_exact(4).map(|id| u32::from_le_bytes(id.try_into().unwrap())).collect(),
+                    ),
+                    Err(_) => (u32::MAX, Vec::new()),
                 };
-                let status = section.entries.first().map_or(0, |entry| entry.result);
-                let ids = payload.chunks_exact(4).map(|id| u32::from_le_bytes(id.try_into().unwrap())).collect();
                 // A step is done once answered, whatever the answer (a retried create may find
                 // its own earlier success as "already exists").
                 self.admin_steps.retain(|queued| *queued != step);
-                let name = match step {
-                    AdminStep::CreateStream => "create_stream",
-                    AdminStep::CreateTopic => "create_topic",
-                    AdminStep::CreateGroup => "create_consumer_group",
-                    AdminStep::AddPartition => "create_partitions",
-                    AdminStep::CreateChurnStream => "create_stream churn",
-                    AdminStep::DeleteChurnStream => "delete_stream churn",
-                    AdminStep::CreateChurnGroup => "create_consumer_group churn",
-                    AdminStep::DeleteChurnGroup => "delete_consumer_group churn",
-                };
-                Observation::Admin { step: name, ids, status }
+                Observation::Admin { step: step.name(), ids, status }
             }
             Work::Join | Work::Leave => {
                 let joined = matches!(pending.work, Work::Join);
@@ -518,45 +594,53 @@ impl StreamClient {
                 self.idle_until = tick + rng.range(5, 60);
                 Observation::Membership { joined, status }
             }
-            Work::Send { partition, values } => match decode_send_reply(&message.body) {
-                Ok(reply) => {
-                    assert_eq!(reply.partition, partition);
-                    assert_eq!(reply.message_count as usize, values.len());
+            Work::Send { values } => match SendMessagesReply::decode(&message.body) {
+                Ok(reply) if reply.appended.len() == 1 => {
+                    let appended = reply.appended[0];
                     self.budget -= 1;
-                    let partition = PartitionKey { stream: STREAM, topic: TOPIC, partition };
-                    Observation::SendAcked { partition, base_offset: reply.base_offset, values }
+                    let partition = PartitionKey { stream: STREAM, topic: TOPIC, partition: appended.partition_id };
+                    Observation::SendAcked { partition, base_offset: appended.base_offset, values }
                 }
-                Err(_) => {
-                    let status = reply_status(&message.body).ok().flatten().map_or(u32::MAX, |status| status as u32);
-                    Observation::SendFailed { values, status }
-                }
+                _ => Observation::SendIndeterminate { values },
             },
             Work::Poll { partition, from } => {
-                let Ok(reply) = decode_poll_reply(&message.body) else { return Observation::Nothing };
+                let Ok(reply) = wire::PollReply::decode(&message.body) else {
+                    self.observations.push(Observation::PollAbandoned {
+                        partition: PartitionKey { stream: STREAM, topic: TOPIC, partition },
+                    });
+                    return;
+                };
                 let mut messages = Vec::new();
-                let mut rest = reply.batches.as_slice();
+                let mut rest = reply.batches();
                 while !rest.is_empty() {
                     let header = batch::BatchHeader::decode(rest).expect("whole batches");
                     let (one, tail) = rest.split_at(header.batch_length as usize);
                     batch::validate(one).expect("a stamped batch from the cluster");
                     for message in batch::messages(one).expect("messages") {
-                        if message.offset >= reply.start && message.offset < reply.start + reply.count as u64 {
-                            messages.push((message.offset, message.id));
-                        }
+                        messages.push((message.offset, message.id));
                     }
                     rest = tail;
                 }
-                let end = reply.start + reply.count as u64;
-                self.positions.insert(partition, end);
-                let seen_end = reply.current_offset.wrapping_add(1);
-                self.seen_ends.insert(partition, seen_end);
-                if reply.count == 0 {
-                    self.idle_until = tick + rng.range(1, 10);
+                let committing = matches!(self.role, Role::Consumer { committing: true });
+                let from = if committing { messages.first().map_or(from, |(offset, _)| *offset) } else { from };
+                let end = messages.last().map_or(from, |(offset, _)| offset + 1);
+                let position = self.positions.entry(partition).or_insert(0);
+                *position = (*position).max(end);
+                if messages.is_empty() && committing {
+                    // Nothing after the stored offset: this consumer is at the partition's end
+                    // (a poll given up earlier may have taken it past messages it never saw).
+                    *position = (*position).max(reply.current_offset + 1);
                 }
-                let from = if matches!(self.role, Role::Consumer { committing: true }) { reply.start } else { from };
+                if messages.is_empty() {
+                    self.idle_until = tick + rng.range(1, 10);
+                    if committing {
+                        return;
+                    }
+                }
                 let partition = PartitionKey { stream: STREAM, topic: TOPIC, partition };
                 Observation::Polled { partition, from, messages, current_offset: reply.current_offset }
             }
-        }
+        };
+        self.observations.push(observation);
     }
 }

@@ -1,35 +1,34 @@
-//! The streaming cluster harness: N nodes of S shards each, every shard the real `Shard` state
-//! machine of `vireo-node` (the metadata group on shard 0, partition groups where the routing
-//! puts them), one simulated disk per node, the simulated network, the streaming clients, and
-//! the checkers, all on one event queue of virtual time.
+//! The streaming cluster harness: N nodes of S shards each, every shard the real `Node` of
+//! `vireo-node` (its front door and the VSR groups it hosts), one simulated disk per node, the
+//! simulated network, client connections, the streaming clients, and the checkers, all on one
+//! event queue of virtual time.
 //!
-//! A node admits a client's frame on its entry shard (0): it checks the login against the
-//! committed users, or that the client holds a metadata session and may send or poll the topic,
-//! and stamps the session's user into the request. A frame for another shard crosses a bounded
-//! inter-shard channel (`CHANNEL_FRAMES_MAX`); a full channel drops the frame and counts it, and
-//! the sender's timeout retries it (VSR tolerates a lost message; a client retries its request).
-//! Committed metadata is published to the node's other shards as events, and every shard opens
-//! the partition groups it owns as they appear.
+//! The harness is only the world. It drives each shard's `Node` through the entry points the
+//! glommio server uses: a connection opened or closed, a frame from a client connection, a frame
+//! from another node, a message over a bounded inter-shard channel (`CHANNEL_MESSAGES_MAX`; a
+//! full channel refuses the message and the node decides), an I/O completion, a tick. Admission,
+//! sessions, routing, forwarding and replies are all the node's.
+//!
+//! A client connection is a TCP connection: frames on it arrive in order or the connection
+//! breaks. A frame the network drops breaks the connection (both ends learn it closed), and a
+//! crash closes every connection of the node.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use vireo_io::{Completion, Namespace, Peer, Token, TICK_NS};
-use vireo_node::metadata::permissions::ReadKind;
-use vireo_node::metadata::verify_password;
+use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
 use vireo_node::metadata_plane::MetadataMachine;
-use vireo_node::partition::request::OPERATION_SEND_MESSAGES;
+use vireo_node::node::{Node, NodeConfig, NodeEvent};
 use vireo_node::routing::shard_of;
 use vireo_node::shard::{MetadataPlane, Shard, ShardConfig, ShardEvent};
+use vireo_node::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
 use vireo_protocol::config::Bug;
-use vireo_protocol::header::{Command, Header, Message};
-use vireo_protocol::request::OPERATION_REGISTER;
-use vireo_protocol::wire::{self, ClientRequest};
+use vireo_protocol::header::{Command, Header};
 use vireo_protocol::{Config, ReplicaEvent, Status};
 use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::WalLayout;
 
-use super::client::{new_client_id, Observation, Role, StreamClient, Topology, GROUP, STREAM, TOPIC};
+use super::client::{new_client_id, ClientAction, Observation, Role, StreamClient, Topology, GROUP, STREAM, TOPIC};
 use super::scenario::StreamingScenario;
 use crate::cluster::Outcome;
 use crate::disk::{DiskRequest, SimDisk, Zone};
@@ -41,33 +40,67 @@ use crate::scenario::FaultRates;
 use crate::sim_io::{SimEvent, SimIo};
 
 pub const CLUSTER: u128 = 0x0056_4952_454f_5354;
-/// Frames in flight on one inter-shard channel (entry shard to owner).
-pub const CHANNEL_FRAMES_MAX: usize = 256;
+/// Messages in flight on one inter-shard channel (to one shard of a node).
+pub const CHANNEL_MESSAGES_MAX: usize = 256;
+/// Client connections one shard holds at most.
+pub const CONNECTIONS_PER_SHARD_MAX: usize = 64;
 const CHANNEL_DELAY_NS: u64 = 5_000;
 const PREPARE_SIZE_MAX: u64 = 16 * 1024;
 const SNAPSHOT_SIZE_MAX: u64 = 4 * 1024 * 1024;
-/// Denial codes the entry shard answers with (Iggy's): not logged in, bad credentials.
-const STATUS_UNAUTHENTICATED: u32 = 40;
-const STATUS_INVALID_CREDENTIALS: u32 = 42;
-const STATUS_INVALID_COMMAND: u32 = 3;
 
 enum Event {
     Tick,
-    Deliver { to: Peer, from: Peer, bytes: Vec<u8> },
-    Channel { node: u8, incarnation: u64, shard: u16, bytes: Vec<u8> },
-    Publish { node: u8, incarnation: u64, shard: u16 },
-    Complete { node: u8, incarnation: u64, shard: u16, request: DiskRequest, token: Token },
+    Deliver {
+        to: Peer,
+        from: Peer,
+        bytes: Vec<u8>,
+    },
+    Channel {
+        node: u8,
+        incarnation: u64,
+        shard: u16,
+        message: ShardMessage,
+    },
+    Complete {
+        node: u8,
+        incarnation: u64,
+        shard: u16,
+        request: DiskRequest,
+        token: Token,
+    },
+    /// A frame a client sent on a connection reaches its node.
+    ClientFrame {
+        connection: ConnectionId,
+        bytes: Vec<u8>,
+    },
+    /// A frame a node sent on a connection reaches its client.
+    ToClient {
+        connection: ConnectionId,
+        bytes: Vec<u8>,
+    },
+    /// The connection broke or was closed: both ends learn it.
+    ConnectionClosed {
+        connection: ConnectionId,
+    },
+}
+
+/// A client connection: which client, which node and shard hold it, since which incarnation.
+#[derive(Clone, Copy, Debug)]
+struct SimConnection {
+    client: usize,
+    node: u8,
+    shard: u16,
+    incarnation: u64,
 }
 
 struct SimNode {
     /// Empty while the node is down.
-    shards: Vec<Shard<MetadataMachine>>,
+    shards: Vec<Node>,
     disk: SimDisk,
     incarnation: u64,
     restart_at_tick: Option<u64>,
     crashes: u64,
     channel_depth: Vec<usize>,
-    published_op: u64,
 }
 
 /// Counters a run reports.
@@ -80,6 +113,8 @@ pub struct StreamingCounters {
     pub channel_full_drops: u64,
     pub denials: u64,
     pub assignments_checked: u64,
+    pub connections: u64,
+    pub logins: u64,
 }
 
 impl SimEvent for Event {
@@ -93,23 +128,75 @@ impl SimEvent for Event {
     }
 }
 
-type ShardIo<'a> = SimIo<'a, Event>;
+/// One shard's `NodeIo`: the simulated `Io` of its node, its channels to the node's other
+/// shards, and the client connections.
+struct ShardIo<'a> {
+    io: SimIo<'a, Event>,
+    shard: u16,
+    channel_depth: &'a mut [usize],
+    channel_full: &'a mut u64,
+    connections: &'a BTreeMap<ConnectionId, SimConnection>,
+    client_ids: &'a [u128],
+}
 
-/// One shard's `Io`, built from disjoint fields of the cluster.
-macro_rules! shard_io {
-    ($cluster:ident, $node:ident, $index:expr, $shard:expr) => {
-        ShardIo {
-            now: $cluster.now,
-            node: $index,
-            issuer: ($index, $node.incarnation, $shard),
-            disk: &mut $node.disk,
-            rng: &mut $cluster.rng,
-            network: &$cluster.network,
-            rates: if $cluster.faults { &$cluster.scenario.core.faults } else { &$cluster.quiet },
-            queue: &mut $cluster.queue,
-            disk_faults: $cluster.faults,
+impl Io for ShardIo<'_> {
+    fn now(&self) -> u64 {
+        self.io.now()
+    }
+    fn send(&mut self, to: Peer, message: Vec<u8>) {
+        self.io.send(to, message)
+    }
+    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
+        self.io.read(file, offset, len, token)
+    }
+    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+        self.io.write(file, offset, bytes, token)
+    }
+    fn sync(&mut self, file: FileId, token: Token) {
+        self.io.sync(file, token)
+    }
+    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
+        self.io.truncate(file, len, token)
+    }
+    fn remove(&mut self, file: FileId, token: Token) {
+        self.io.remove(file, token)
+    }
+    fn list(&mut self, namespace: Namespace, token: Token) {
+        self.io.list(namespace, token)
+    }
+    fn random(&mut self) -> u64 {
+        self.io.random()
+    }
+}
+
+impl NodeIo for ShardIo<'_> {
+    fn send_to_shard(&mut self, shard: u16, message: ShardMessage) -> Result<(), ChannelFull> {
+        assert_ne!(shard, self.shard, "a shard does not message itself");
+        if self.channel_depth[shard as usize] == CHANNEL_MESSAGES_MAX {
+            *self.channel_full += 1;
+            return Err(ChannelFull(shard));
         }
-    };
+        self.channel_depth[shard as usize] += 1;
+        let (node, incarnation, _) = self.io.issuer;
+        self.io.queue.push(self.io.now + CHANNEL_DELAY_NS, Event::Channel { node, incarnation, shard, message });
+        Ok(())
+    }
+
+    fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>) {
+        let Some(open) = self.connections.get(&connection) else { return };
+        let (from, to) = (Peer::Replica(self.io.node), Peer::Client(self.client_ids[open.client]));
+        let delays = self.io.network.route(from, to, self.io.rng, self.io.rates);
+        let now = self.io.now;
+        match delays.first() {
+            // TCP does not lose a frame and go on: the connection breaks.
+            None => self.io.queue.push(now, Event::ConnectionClosed { connection }),
+            Some(delay) => self.io.queue.push(now + delay, Event::ToClient { connection, bytes: frame }),
+        }
+    }
+
+    fn close_connection(&mut self, connection: ConnectionId) {
+        self.io.queue.push(self.io.now, Event::ConnectionClosed { connection });
+    }
 }
 
 pub struct StreamingCluster {
@@ -121,8 +208,12 @@ pub struct StreamingCluster {
     nodes: Vec<SimNode>,
     network: Network,
     clients: Vec<StreamClient>,
+    /// Each client's current id, by index (what the network routes replies to).
+    client_ids: Vec<u128>,
+    connections: BTreeMap<ConnectionId, SimConnection>,
+    connection_next: ConnectionId,
     pub checker: KafkaLogChecker,
-    shard_config: Vec<ShardConfig>,
+    node_config: Vec<NodeConfig>,
     quiet: FaultRates,
     faults: bool,
     liveness_started_tick: Option<u64>,
@@ -135,6 +226,45 @@ pub struct StreamingCluster {
     committed: BTreeMap<(Namespace, u64), (u128, u64)>,
     pub counters: StreamingCounters,
     topology: Topology,
+}
+
+/// One shard's `ShardIo`, built from disjoint fields of the cluster and of its `SimNode`.
+macro_rules! shard_io {
+    ($cluster:ident, $sim_node:ident, $index:expr, $shard:expr) => {
+        ShardIo {
+            io: SimIo {
+                now: $cluster.now,
+                node: $index,
+                issuer: ($index, $sim_node.incarnation, $shard),
+                disk: &mut $sim_node.disk,
+                rng: &mut $cluster.rng,
+                network: &$cluster.network,
+                rates: if $cluster.faults { &$cluster.scenario.core.faults } else { &$cluster.quiet },
+                queue: &mut $cluster.queue,
+                disk_faults: $cluster.faults,
+            },
+            shard: $shard,
+            channel_depth: &mut $sim_node.channel_depth,
+            channel_full: &mut $cluster.counters.channel_full_drops,
+            connections: &$cluster.connections,
+            client_ids: &$cluster.client_ids,
+        }
+    };
+}
+
+/// Runs `$action` on one shard's `Node` (if its node is up), then takes the shard's events.
+macro_rules! with_node {
+    ($cluster:ident, $index:expr, $shard:expr, |$node:ident, $io:ident| $action:expr) => {{
+        let index: u8 = $index;
+        let shard: u16 = $shard;
+        let sim_node = &mut $cluster.nodes[index as usize];
+        if !sim_node.shards.is_empty() {
+            let mut $io = shard_io!($cluster, sim_node, index, shard);
+            let $node = &mut sim_node.shards[shard as usize];
+            $action;
+            $cluster.drain(index, shard)?;
+        }
+    }};
 }
 
 impl StreamingCluster {
@@ -168,18 +298,34 @@ impl StreamingCluster {
                     restart_at_tick: None,
                     crashes: 0,
                     channel_depth: vec![0; scenario.shards as usize],
-                    published_op: 0,
                 }
             })
             .collect();
-        let shard_config = (0..scenario.shards)
-            .map(|shard| ShardConfig {
-                node: 0,
-                shard,
-                shards: scenario.shards,
-                metadata: metadata.clone(),
-                partition: partition.clone(),
-                partitions_max: 4096,
+        let roster = (0..n)
+            .map(|index| vireo_protocol::wire::ClusterNode {
+                name: format!("node-{index}"),
+                ip: format!("10.0.0.{index}"),
+                tcp_port: 8090,
+                quic_port: 0,
+                http_port: 0,
+                websocket_port: 0,
+                role: 0,
+                status: 0,
+            })
+            .collect::<Vec<_>>();
+        let node_config = (0..scenario.shards)
+            .map(|shard| NodeConfig {
+                shard: ShardConfig {
+                    node: 0,
+                    shard,
+                    shards: scenario.shards,
+                    metadata: metadata.clone(),
+                    partition: partition.clone(),
+                    partitions_max: 4096,
+                },
+                connections_max: CONNECTIONS_PER_SHARD_MAX,
+                cluster_name: "vireo-sim".to_string(),
+                roster: roster.clone(),
             })
             .collect();
         let mut clients = Vec::new();
@@ -194,10 +340,12 @@ impl StreamingCluster {
                 Role::Member => rng.range(2, 8),
                 Role::Consumer { .. } => 0,
             };
-            let mut client = StreamClient::new(index, new_client_id(&mut rng), role, budget);
+            let first_node = (index % n as usize) as u8;
+            let mut client = StreamClient::new(index, new_client_id(&mut rng), role, budget, first_node);
             client.initial_partitions = scenario.partitions;
             clients.push(client);
         }
+        let client_ids = clients.iter().map(|client| client.id).collect();
         let faults = scenario.core.fault_level != crate::scenario::FaultLevel::None;
         let mut cluster = StreamingCluster {
             quiet: crate::cluster::quiet_rates(&scenario.core.faults),
@@ -210,8 +358,11 @@ impl StreamingCluster {
             nodes,
             network: Network::new(n as usize),
             clients,
+            client_ids,
+            connections: BTreeMap::new(),
+            connection_next: 1,
             checker: KafkaLogChecker::new(),
-            shard_config,
+            node_config,
             faults,
             liveness_started_tick: None,
             trace: None,
@@ -224,7 +375,7 @@ impl StreamingCluster {
         };
         cluster.network.faults_enabled = faults;
         for node in 0..n {
-            cluster.start_node(node);
+            cluster.start_node(node).expect("a node that just opened has committed nothing to disagree on");
         }
         cluster.queue.push(TICK_NS, Event::Tick);
         cluster
@@ -283,50 +434,38 @@ impl StreamingCluster {
         self.trace_hash = checksum64(&bytes[..8 + parts.len() * 8]);
     }
 
-    fn start_node(&mut self, index: u8) {
+    fn start_node(&mut self, index: u8) -> Result<(), String> {
         let node = &mut self.nodes[index as usize];
         node.restart_at_tick = None;
-        node.published_op = 0;
         node.channel_depth.iter_mut().for_each(|depth| *depth = 0);
+        assert!(node.shards.is_empty());
         for shard in 0..self.scenario.shards {
-            let mut config = self.shard_config[shard as usize].clone();
-            config.node = index;
-            let node = &mut self.nodes[index as usize];
-            let mut io = shard_io!(self, node, index, shard);
-            let opened = Shard::open(config, &mut io);
-            node.shards.push(opened);
+            let mut config = self.node_config[shard as usize].clone();
+            config.shard.node = index;
+            let sim_node = &mut self.nodes[index as usize];
+            let mut io = shard_io!(self, sim_node, index, shard);
+            let opened = Node::open(config, &mut io);
+            sim_node.shards.push(opened);
         }
+        for shard in 0..self.scenario.shards {
+            self.drain(index, shard)?;
+        }
+        Ok(())
     }
 
     fn node_up(&self, index: u8) -> bool {
         !self.nodes[index as usize].shards.is_empty()
     }
 
-    /// Runs one input on one shard, then drains its events into the checkers and publishes
-    /// new metadata.
-    fn with_shard(
-        &mut self,
-        index: u8,
-        shard: u16,
-        action: impl FnOnce(&mut Shard<MetadataMachine>, &mut ShardIo),
-    ) -> Result<(), String> {
-        let node = &mut self.nodes[index as usize];
-        if node.shards.is_empty() {
-            return Ok(());
-        }
-        let mut io = shard_io!(self, node, index, shard);
-        action(&mut node.shards[shard as usize], &mut io);
-        self.drain(index, shard)?;
-        if shard == 0 {
-            self.publish(index);
-        }
-        Ok(())
-    }
-
+    /// Takes one shard's events into the checkers and the trace.
     fn drain(&mut self, index: u8, shard: u16) -> Result<(), String> {
         loop {
             let node = &mut self.nodes[index as usize];
-            let Some(ShardEvent { namespace, event }) = node.shards[shard as usize].poll_event() else { return Ok(()) };
+            let Some(event) = node.shards.get_mut(shard as usize).and_then(Node::poll_event) else { return Ok(()) };
+            let NodeEvent::Replica(ShardEvent { namespace, event }) = event else {
+                self.trace_node_event(index, shard, &event);
+                continue;
+            };
             match event {
                 ReplicaEvent::Committed { op, checksum, digest } => {
                     self.hash(&[1, index as u64, namespace.0, op, digest]);
@@ -362,7 +501,7 @@ impl StreamingCluster {
     /// Checks every consumer group's assignment in this node's committed metadata.
     fn check_assignments(&mut self, index: u8, op: u64) -> Result<(), String> {
         let node = &self.nodes[index as usize];
-        let Some(replica) = node.shards[0].metadata() else { return Ok(()) };
+        let Some(replica) = node.shards[0].shard().metadata() else { return Ok(()) };
         let metadata = replica.state_machine().metadata();
         let mut groups = Vec::new();
         for stream in metadata.streams() {
@@ -383,25 +522,6 @@ impl StreamingCluster {
         Ok(())
     }
 
-    /// Makes shard 0's newest committed metadata every shard's: shard 0 at once, the others
-    /// through an event (the publication crosses to their cores).
-    fn publish(&mut self, index: u8) {
-        let node = &mut self.nodes[index as usize];
-        let Some(replica) = node.shards.first().and_then(|shard| shard.metadata()) else { return };
-        if replica.status() == Status::Opening || replica.commit_min() <= node.published_op && node.published_op != 0 {
-            return;
-        }
-        node.published_op = replica.commit_min().max(1);
-        let partitions = replica.state_machine().partitions();
-        let mut io = shard_io!(self, node, index, 0);
-        node.shards[0].sync_partitions(&mut io, &partitions);
-        for shard in 1..self.scenario.shards {
-            let event = Event::Publish { node: index, incarnation: node.incarnation, shard };
-            self.queue.push(self.now + CHANNEL_DELAY_NS, event);
-        }
-        let _ = self.drain(index, 0);
-    }
-
     pub fn crash(&mut self, index: u8) {
         if !self.node_up(index) {
             return;
@@ -413,17 +533,20 @@ impl StreamingCluster {
         node.disk.crash(&mut self.rng, false);
         self.hash(&[3, index as u64]);
         self.log(|| format!("n{index} crashed"));
+        // Every connection to the node breaks with it.
+        let broken: Vec<ConnectionId> =
+            self.connections.iter().filter(|(_, open)| open.node == index).map(|(id, _)| *id).collect();
+        for connection in broken {
+            self.queue.push(self.now, Event::ConnectionClosed { connection });
+        }
     }
 
-    pub fn restart(&mut self, index: u8) {
+    pub fn restart(&mut self, index: u8) -> Result<(), String> {
         if self.node_up(index) {
-            return;
+            return Ok(());
         }
         self.log(|| format!("n{index} restarting"));
-        self.start_node(index);
-        for shard in 0..self.scenario.shards {
-            let _ = self.drain(index, shard);
-        }
+        self.start_node(index)
     }
 
     fn maybe_crash(&mut self, index: u8) {
@@ -441,174 +564,186 @@ impl StreamingCluster {
         }
     }
 
-    /// The entry shard's admission of a client frame: `Ok` with the frame to route (the user
-    /// stamped in, a login's password taken out), or `Err` with the status to deny it with.
-    fn admit(&self, index: u8, bytes: &[u8]) -> Result<Vec<u8>, u32> {
-        let message = Message::decode(bytes, false).map_err(|_| STATUS_INVALID_COMMAND)?;
-        let mut header = message.header;
-        let mut body = message.body;
-        let metadata = self.nodes[index as usize].shards[0].metadata().ok_or(STATUS_UNAUTHENTICATED)?;
-        let namespace = Shard::<MetadataMachine>::group_of_frame(&header);
-        let state = metadata.state_machine().metadata();
-        if namespace.is_metadata() {
-            if header.operation == OPERATION_REGISTER {
-                let Ok(ClientRequest::LoginRegister(login)) =
-                    ClientRequest::decode(wire::command::LOGIN_REGISTER, &body)
-                else {
-                    return Err(STATUS_INVALID_COMMAND);
-                };
-                let user = state.user_by_name(login.username.as_str()).ok_or(STATUS_INVALID_CREDENTIALS)?;
-                let password =
-                    std::str::from_utf8(login.password.as_bytes()).map_err(|_| STATUS_INVALID_CREDENTIALS)?;
-                if !verify_password(&user.password_hash, password) {
-                    return Err(STATUS_INVALID_CREDENTIALS);
-                }
-                header.user_id = user.id;
-                // The password has been checked: it never reaches the log.
-                body = Vec::new();
-            }
-        } else {
-            let session = metadata.client_table().get(header.client).ok_or(STATUS_UNAUTHENTICATED)?;
-            header.user_id = session.user_id;
-            if header.operation != OPERATION_REGISTER {
-                let (stream, topic, _) = namespace.unpack();
-                let kind = if header.operation == OPERATION_SEND_MESSAGES {
-                    ReadKind::Send { stream, topic }
-                } else {
-                    ReadKind::Poll { stream, topic }
-                };
-                state.authorize_read(header.user_id, kind).map_err(|error| error.code())?;
-            }
-        }
-        header.checksum = 0;
-        header.checksum_body = 0;
-        Ok(Message::new(header, body).encode())
-    }
-
-    fn deny(&mut self, index: u8, to: u128, bytes: &[u8], status: u32) {
-        let Ok(request) = Header::decode(bytes) else { return };
-        self.counters.denials += 1;
-        let mut header = Header::new(Command::Reply, CLUSTER, index);
-        header.group = request.group;
-        header.client = to;
-        header.request = request.request;
-        header.operation = request.operation;
-        header.status = status;
-        let reply = Message::new(header, Vec::new()).encode();
-        let (from, to) = (Peer::Replica(index), Peer::Client(to));
-        let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
-        for delay in self.network.route(from, to, &mut self.rng, rates) {
-            self.queue.push(self.now + delay, Event::Deliver { to, from, bytes: reply.clone() });
-        }
-        self.log(|| format!("n{index} denied client request={} status={status}", request.request));
-    }
-
-    fn deliver_to_node(&mut self, index: u8, from: Peer, bytes: Vec<u8>) -> Result<(), String> {
-        if !self.node_up(index) {
-            return Ok(());
-        }
-        let Ok(header) = Header::decode(&bytes) else { return Ok(()) };
-        let bytes = match from {
-            Peer::Client(client) if header.command == Command::Request => match self.admit(index, &bytes) {
-                Ok(admitted) => admitted,
-                Err(status) => {
-                    self.deny(index, client, &bytes, status);
+    /// Carries out what a client asked for on its tick.
+    fn on_client_action(&mut self, index: usize, action: ClientAction) -> Result<(), String> {
+        let nodes = self.scenario.core.replica_count;
+        match action {
+            ClientAction::Connect { node } => {
+                if !self.node_up(node) {
+                    self.clients[index].connect_failed(nodes);
                     return Ok(());
                 }
-            },
-            _ => bytes,
-        };
-        if self.trace.is_some() {
-            self.trace_frame(index, from, &header);
-        }
-        let namespace = Shard::<MetadataMachine>::group_of_frame(&header);
-        let owner = shard_of(namespace, self.scenario.shards);
-        if owner == 0 {
-            self.with_shard(index, 0, |shard, io| shard.on_message(io, &bytes))?;
-        } else {
-            let node = &mut self.nodes[index as usize];
-            if node.channel_depth[owner as usize] == CHANNEL_FRAMES_MAX {
-                self.counters.channel_full_drops += 1;
-                self.log(|| format!("n{index} channel to s{owner} full: frame dropped"));
-            } else {
-                node.channel_depth[owner as usize] += 1;
-                let event = Event::Channel { node: index, incarnation: node.incarnation, shard: owner, bytes };
-                self.queue.push(self.now + CHANNEL_DELAY_NS, event);
+                let connection = self.connection_next;
+                self.connection_next += 1;
+                let shard = (connection % self.scenario.shards as u64) as u16;
+                let incarnation = self.nodes[node as usize].incarnation;
+                self.connections.insert(connection, SimConnection { client: index, node, shard, incarnation });
+                self.counters.connections += 1;
+                self.clients[index].connected(connection, node);
+                self.log(|| format!("c{index} connected to n{node}/s{shard} as connection {connection}"));
+                with_node!(self, node, shard, |target, io| target.on_connection_opened(&mut io, connection));
+            }
+            ClientAction::Frame(bytes) => {
+                let Some((connection, node)) = self.clients[index].connection() else { return Ok(()) };
+                self.client_ids[index] = self.clients[index].id;
+                if self.trace.is_some() {
+                    if let Ok(header) = Header::decode(&bytes) {
+                        self.log(|| {
+                            format!(
+                                "c{index} -> n{node} connection {connection}: request={} operation={}{}",
+                                header.request,
+                                header.operation,
+                                if header.command_code != 0 {
+                                    format!(" code={}", header.command_code)
+                                } else {
+                                    String::new()
+                                }
+                            )
+                        });
+                    }
+                }
+                let (from, to) = (Peer::Client(self.clients[index].id), Peer::Replica(node));
+                let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
+                let delays = self.network.route(from, to, &mut self.rng, rates);
+                match delays.first() {
+                    None => self.queue.push(self.now, Event::ConnectionClosed { connection }),
+                    Some(delay) => self.queue.push(self.now + delay, Event::ClientFrame { connection, bytes }),
+                }
+            }
+            ClientAction::Disconnect => {
+                // The client already let go of the connection; the node learns it now.
+                self.close_connection_at_node();
             }
         }
-        self.maybe_crash(index);
+        self.take_observations(index)
+    }
+
+    /// Closes, on the node's side, every connection whose client no longer holds it.
+    fn close_connection_at_node(&mut self) {
+        let dropped: Vec<ConnectionId> = self
+            .connections
+            .iter()
+            .filter(|(id, open)| self.clients[open.client].connection().map(|(held, _)| held) != Some(**id))
+            .map(|(id, _)| *id)
+            .collect();
+        for connection in dropped {
+            self.queue.push(self.now, Event::ConnectionClosed { connection });
+        }
+    }
+
+    /// A connection closed (broken, closed by the node or by the client, or its node crashed):
+    /// both ends learn it once.
+    fn on_connection_closed(&mut self, connection: ConnectionId) -> Result<(), String> {
+        let Some(open) = self.connections.remove(&connection) else { return Ok(()) };
+        self.log(|| format!("connection {connection} of c{} to n{} closed", open.client, open.node));
+        if self.nodes[open.node as usize].incarnation == open.incarnation {
+            with_node!(self, open.node, open.shard, |target, io| target.on_connection_closed(&mut io, connection));
+        }
+        if self.clients[open.client].connection().map(|(held, _)| held) == Some(connection) {
+            let nodes = self.scenario.core.replica_count;
+            self.clients[open.client].disconnected(nodes);
+            self.take_observations(open.client)?;
+        }
         Ok(())
     }
 
-    fn trace_frame(&mut self, index: u8, from: Peer, header: &Header) {
-        let namespace = Shard::<MetadataMachine>::group_of_frame(header);
-        let shard = shard_of(namespace, self.scenario.shards);
-        let from = match from {
-            Peer::Replica(replica) => format!("n{replica}"),
-            Peer::Client(client) => {
-                let position = self.clients.iter().position(|c| c.id == client);
-                position.map_or("client".to_string(), |position| format!("c{position}"))
-            }
-        };
-        let detail = match header.command {
-            Command::Request => format!("request={} operation={}", header.request, header.operation),
-            Command::Prepare | Command::PrepareOk => format!("view={} op={}", header.view, header.op),
-            Command::Commit => format!("view={} commit={}", header.view, header.commit),
-            _ => format!("view={}", header.view),
-        };
-        let group = group_name(namespace);
-        self.log(|| format!("{from} -> n{index}/s{shard} {group} {} {detail}", header.command.name()));
-    }
-
-    fn deliver_to_client(&mut self, id: u128, bytes: &[u8]) -> Result<(), String> {
-        let Some(index) = self.clients.iter().position(|client| client.id == id) else { return Ok(()) };
-        let observation = self.clients[index].on_message(bytes, self.tick, &mut self.rng);
+    /// Feeds what a client observed to the checkers.
+    fn take_observations(&mut self, index: usize) -> Result<(), String> {
+        if let Some(values) = self.clients[index].invoked.take() {
+            let actor = self.clients[index].actor();
+            self.checker.send_invoked(actor, &values).map_err(|anomaly| anomaly.to_string())?;
+        }
+        let observations = std::mem::take(&mut self.clients[index].observations);
         let actor = self.clients[index].actor();
         let anomaly = |anomaly: crate::kafka_log::Anomaly| anomaly.to_string();
-        match observation {
-            Observation::Nothing => {}
-            Observation::SendAcked { partition, base_offset, values } => {
-                self.counters.messages_acked += values.len() as u64;
-                self.counters.bytes_acked += values.len() as u64 * 8;
-                self.log(|| {
-                    format!(
-                        "c{index} send acked partition={} offset={base_offset} count={}",
-                        partition.partition,
-                        values.len()
-                    )
-                });
-                self.checker.send_acked(actor, partition, base_offset, &values).map_err(anomaly)?;
-            }
-            Observation::SendIndeterminate { values } => {
-                self.counters.sends_indeterminate += 1;
-                self.log(|| format!("c{index} send indeterminate (evicted)"));
-                self.checker.send_indeterminate(actor, &values).map_err(anomaly)?;
-            }
-            Observation::SendFailed { values, status } => {
-                self.log(|| format!("c{index} send failed status={status}"));
-                self.checker.send_failed(actor, &values).map_err(anomaly)?;
-            }
-            Observation::Polled { partition, from, messages, current_offset } => {
-                self.counters.messages_polled += messages.len() as u64;
-                self.log(|| {
-                    format!(
-                        "c{index} polled partition={} from={from} count={} current_offset={}",
-                        partition.partition,
-                        messages.len(),
-                        current_offset as i64
-                    )
-                });
-                self.checker.polled(actor, partition, from, &messages).map_err(anomaly)?;
-            }
-            Observation::PollAbandoned { partition } => {
-                self.log(|| format!("c{index} poll of partition {} abandoned: its run restarts", partition.partition));
-                self.checker.consumer_reset(actor, partition);
-            }
-            other => {
-                self.log(|| format!("c{index} {other:?}"));
+        for observation in observations {
+            match observation {
+                Observation::SendAcked { partition, base_offset, values } => {
+                    self.counters.messages_acked += values.len() as u64;
+                    self.counters.bytes_acked += values.len() as u64 * 8;
+                    self.log(|| {
+                        format!(
+                            "c{index} send acked partition={} offset={base_offset} count={}",
+                            partition.partition,
+                            values.len()
+                        )
+                    });
+                    self.checker.send_acked(actor, partition, base_offset, &values).map_err(anomaly)?;
+                }
+                Observation::SendIndeterminate { values } => {
+                    self.counters.sends_indeterminate += 1;
+                    self.log(|| format!("c{index} send indeterminate"));
+                    self.checker.send_indeterminate(actor, &values).map_err(anomaly)?;
+                }
+                Observation::SendFailed { values, status } => {
+                    self.counters.denials += 1;
+                    self.log(|| format!("c{index} send failed status={status}"));
+                    self.checker.send_failed(actor, &values).map_err(anomaly)?;
+                }
+                Observation::Polled { partition, from, messages, current_offset } => {
+                    self.counters.messages_polled += messages.len() as u64;
+                    self.log(|| {
+                        format!(
+                            "c{index} polled partition={} from={from} count={} current_offset={current_offset}",
+                            partition.partition,
+                            messages.len(),
+                        )
+                    });
+                    self.checker.polled(actor, partition, from, &messages).map_err(anomaly)?;
+                }
+                Observation::PollAbandoned { partition } => {
+                    self.log(|| {
+                        format!("c{index} poll of partition {} abandoned: its run restarts", partition.partition)
+                    });
+                    self.checker.consumer_reset(actor, partition);
+                }
+                Observation::LoggedIn { session } => {
+                    self.counters.logins += 1;
+                    self.log(|| format!("c{index} logged in session={session}"));
+                }
+                Observation::Denied { operation, status } => {
+                    self.counters.denials += 1;
+                    self.log(|| format!("c{index} denied operation={operation} status={status}"));
+                }
+                other => {
+                    self.log(|| format!("c{index} {other:?}"));
+                }
             }
         }
         Ok(())
+    }
+
+    fn trace_node_event(&mut self, index: u8, shard: u16, event: &NodeEvent) {
+        if self.trace.is_none() {
+            return;
+        }
+        let line = match event {
+            NodeEvent::Replica(_) => return,
+            NodeEvent::ConnectionOpened { connection } => format!("connection {connection} opened"),
+            NodeEvent::ConnectionRefused { connection } => format!("connection {connection} refused (shard full)"),
+            NodeEvent::ConnectionClosed { connection } => format!("connection {connection} closed"),
+            NodeEvent::Malformed { connection } => format!("connection {connection}: malformed frame, closing"),
+            NodeEvent::LoginVerified { connection, user_id } => {
+                format!("connection {connection}: login verified user={user_id}, register -> meta")
+            }
+            NodeEvent::Admitted { connection, request, operation, group, shard } => format!(
+                "connection {connection}: admitted request={request} operation={operation} -> {} on s{shard}",
+                group_name(*group)
+            ),
+            NodeEvent::SessionOpening { connection, group } => {
+                format!("connection {connection}: opening a session in {}", group_name(*group))
+            }
+            NodeEvent::SessionOpened { connection, group, session } => {
+                format!("connection {connection}: session {session} in {}", group_name(*group))
+            }
+            NodeEvent::Denied { connection, request, operation, status } => {
+                format!("connection {connection}: denied request={request} operation={operation} status={status}")
+            }
+            NodeEvent::Answered { connection, request, operation, status } => {
+                format!("connection {connection}: reply request={request} operation={operation} status={status}")
+            }
+        };
+        self.log(|| format!("n{index}/s{shard} {line}"));
     }
 
     /// Refreshes what clients know of the topic (what `get_topic` would tell them) from the most
@@ -617,7 +752,7 @@ impl StreamingCluster {
         let best = self
             .nodes
             .iter()
-            .filter_map(|node| node.shards.first().and_then(|shard| shard.metadata()))
+            .filter_map(|node| node.shards.first().and_then(|shard| shard.shard().metadata()))
             .filter(|replica| replica.status() != Status::Opening)
             .max_by_key(|replica| replica.commit_min());
         let Some(replica) = best else { return };
@@ -645,29 +780,22 @@ impl StreamingCluster {
         for index in 0..self.nodes.len() as u8 {
             if !self.node_up(index) {
                 if self.nodes[index as usize].restart_at_tick.is_some_and(|at| at <= self.tick) {
-                    self.restart(index);
+                    self.restart(index)?;
                 }
                 continue;
             }
             for shard in 0..self.scenario.shards {
-                self.with_shard(index, shard, |shard, io| shard.tick(io))?;
+                with_node!(self, index, shard, |target, io| target.tick(&mut io));
             }
             self.maybe_crash(index);
         }
         self.refresh_topology();
         let nodes = self.scenario.core.replica_count;
         for index in 0..self.clients.len() {
-            let next = self.clients[index].tick(self.tick, &mut self.rng, &self.topology, nodes);
-            if let Some(values) = self.clients[index].invoked.take() {
-                let actor = self.clients[index].actor();
-                self.checker.send_invoked(actor, &values).map_err(|anomaly| anomaly.to_string())?;
-            }
-            if let Some((to, bytes)) = next {
-                let from = Peer::Client(self.clients[index].id);
-                let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
-                for delay in self.network.route(from, to, &mut self.rng, rates) {
-                    self.queue.push(self.now + delay, Event::Deliver { to, from, bytes: bytes.clone() });
-                }
+            let action = self.clients[index].tick(self.tick, &mut self.rng, &self.topology, nodes);
+            match action {
+                Some(action) => self.on_client_action(index, action)?,
+                None => self.take_observations(index)?,
             }
         }
         Ok(())
@@ -685,29 +813,27 @@ impl StreamingCluster {
             }
             Event::Deliver { to, from, bytes } => {
                 self.hash(&[5, peer_id(to), peer_id(from), checksum64(&bytes)]);
-                match to {
-                    Peer::Replica(index) => self.deliver_to_node(index, from, bytes)?,
-                    Peer::Client(id) => self.deliver_to_client(id, &bytes)?,
+                let Peer::Replica(index) = to else { unreachable!("nodes send to clients on connections") };
+                if self.trace.is_some() {
+                    if let Ok(header) = Header::decode(&bytes) {
+                        self.trace_frame(index, from, &header);
+                    }
                 }
+                with_node!(self, index, 0, |target, io| target.on_replica_frame(&mut io, bytes));
+                self.maybe_crash(index);
             }
-            Event::Channel { node, incarnation, shard, bytes } => {
+            Event::Channel { node, incarnation, shard, message } => {
                 if self.nodes[node as usize].incarnation != incarnation || !self.node_up(node) {
                     return Ok(());
                 }
                 self.nodes[node as usize].channel_depth[shard as usize] -= 1;
-                self.hash(&[7, node as u64, shard as u64, checksum64(&bytes)]);
-                self.with_shard(node, shard, |target, io| target.on_message(io, &bytes))?;
+                let digest = match &message {
+                    ShardMessage::Frame(bytes) | ShardMessage::ClientReply(bytes) => checksum64(bytes),
+                    ShardMessage::Metadata(view) => view.op,
+                };
+                self.hash(&[7, node as u64, shard as u64, digest]);
+                with_node!(self, node, shard, |target, io| target.on_shard_message(&mut io, message));
                 self.maybe_crash(node);
-            }
-            Event::Publish { node, incarnation, shard } => {
-                if self.nodes[node as usize].incarnation != incarnation || !self.node_up(node) {
-                    return Ok(());
-                }
-                let partitions = self.nodes[node as usize].shards[0]
-                    .metadata()
-                    .map(|replica| replica.state_machine().partitions())
-                    .unwrap_or_default();
-                self.with_shard(node, shard, |target, io| target.sync_partitions(io, &partitions))?;
             }
             Event::Complete { node, incarnation, shard, request, token } => {
                 if self.nodes[node as usize].incarnation != incarnation || !self.node_up(node) {
@@ -717,8 +843,27 @@ impl StreamingCluster {
                 let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
                 let completion: Completion =
                     self.nodes[node as usize].disk.carry_out(request, token, &mut self.rng, rates);
-                self.with_shard(node, shard, |target, io| target.on_completion(io, completion))?;
+                with_node!(self, node, shard, |target, io| target.on_completion(&mut io, completion));
                 self.maybe_crash(node);
+            }
+            Event::ClientFrame { connection, bytes } => {
+                let Some(open) = self.connections.get(&connection).copied() else { return Ok(()) };
+                self.hash(&[8, connection, checksum64(&bytes)]);
+                with_node!(self, open.node, open.shard, |target, io| target
+                    .on_client_frame(&mut io, connection, &bytes));
+                self.maybe_crash(open.node);
+            }
+            Event::ToClient { connection, bytes } => {
+                let Some(open) = self.connections.get(&connection).copied() else { return Ok(()) };
+                self.hash(&[9, connection, checksum64(&bytes)]);
+                if self.clients[open.client].connection().map(|(held, _)| held) == Some(connection) {
+                    self.clients[open.client].on_frame(&bytes, self.tick, &mut self.rng);
+                    self.take_observations(open.client)?;
+                }
+            }
+            Event::ConnectionClosed { connection } => {
+                self.hash(&[10, connection]);
+                self.on_connection_closed(connection)?;
             }
         }
         Ok(())
@@ -728,7 +873,7 @@ impl StreamingCluster {
     fn partition_ends(&self) -> BTreeMap<u32, u64> {
         let mut ends = BTreeMap::new();
         for node in &self.nodes {
-            for shard in &node.shards {
+            for shard in node.shards.iter().map(Node::shard) {
                 for (namespace, replica) in shard.partitions() {
                     let (stream, topic, partition) = namespace.unpack();
                     if (stream, topic) == (STREAM, TOPIC) {
@@ -746,7 +891,8 @@ impl StreamingCluster {
         self.faults = false;
         self.network.heal();
         for index in 0..self.nodes.len() as u8 {
-            self.restart(index);
+            // A restart's own events are checked as they come (nothing is committed yet).
+            let _ = self.restart(index);
         }
         for client in &mut self.clients {
             client.finish();
@@ -766,7 +912,7 @@ impl StreamingCluster {
         }
         let mut groups: BTreeMap<Namespace, Vec<(Status, u32, u64, u64)>> = BTreeMap::new();
         for node in &self.nodes {
-            for shard in &node.shards {
+            for shard in node.shards.iter().map(Node::shard) {
                 if let Some(replica) = shard.metadata() {
                     let state = (replica.status(), replica.view(), replica.commit_min(), replica.commit_max());
                     groups.entry(Namespace::METADATA).or_default().push(state);
@@ -777,8 +923,11 @@ impl StreamingCluster {
                 }
             }
         }
-        let expected: BTreeSet<Namespace> =
-            self.nodes[0].shards[0].metadata().map(|replica| replica.state_machine().partitions()).unwrap_or_default();
+        let expected: BTreeSet<Namespace> = self.nodes[0].shards[0]
+            .shard()
+            .metadata()
+            .map(|replica| replica.state_machine().partitions())
+            .unwrap_or_default();
         if groups.len() != expected.len() + 1 {
             return false;
         }
@@ -821,7 +970,7 @@ impl StreamingCluster {
     /// checks.
     fn final_checks(&mut self) -> Result<(), String> {
         let mut reads = Vec::new();
-        for shard in &self.nodes[0].shards {
+        for shard in self.nodes[0].shards.iter().map(Node::shard) {
             for (namespace, replica) in shard.partitions() {
                 let (stream, topic, partition) = namespace.unpack();
                 let mut messages = Vec::new();
@@ -847,7 +996,7 @@ impl StreamingCluster {
                 let _ = write!(report, " [n{index} down]");
                 continue;
             }
-            for shard in &node.shards {
+            for shard in node.shards.iter().map(Node::shard) {
                 if let Some(replica) = shard.metadata() {
                     let _ = write!(
                         report,
@@ -878,6 +1027,26 @@ impl StreamingCluster {
             self.clients.iter().filter(|client| !client.done(&ends)).map(|client| client.index).collect();
         let _ = write!(report, " clients_waiting={waiting:?}");
         report
+    }
+}
+
+impl StreamingCluster {
+    fn trace_frame(&mut self, index: u8, from: Peer, header: &Header) {
+        let namespace = Shard::<MetadataMachine>::group_of_frame(header);
+        let shard = shard_of(namespace, self.scenario.shards);
+        let from = match from {
+            Peer::Replica(replica) => format!("n{replica}"),
+            Peer::Client(_) => "client".to_string(),
+        };
+        let detail = match header.command {
+            Command::Request => format!("request={} operation={}", header.request, header.operation),
+            Command::Prepare | Command::PrepareOk => format!("view={} op={}", header.view, header.op),
+            Command::Commit => format!("view={} commit={}", header.view, header.commit),
+            Command::Reply => format!("request={} operation={}", header.request, header.operation),
+            _ => format!("view={}", header.view),
+        };
+        let group = group_name(namespace);
+        self.log(|| format!("{from} -> n{index}/s{shard} {group} {} {detail}", header.command.name()));
     }
 }
 

@@ -1,0 +1,108 @@
+//! The replies a client decodes: a group's reply to a request the node made on a client's
+//! behalf, turned into the body of the command the client sent (`PROTOCOL.md`, "Bodies"), and
+//! the frames of the node's own answers (refusals, reads, pongs).
+//!
+//! The reply header carries the client's own request number and operation: an Iggy SDK reads
+//! the operation byte to know whether a result section leads the body (`PROTOCOL.md`, "Reply"),
+//! so a poll answered by a partition group (operation 163 inside the cluster) goes back as the
+//! read (operation 2) the client sent.
+
+use vireo_protocol::header::{Command, Header, Message};
+use vireo_protocol::wire::{self, Appended, LoginReply, Name, ResultSection, SendMessagesReply};
+use vireo_storage::batch;
+
+use crate::admission::{STATUS_INVALID_COMMAND, STATUS_PARTITION_NOT_FOUND};
+use crate::connection::ReplyKind;
+use crate::partition::request::{decode_poll_reply, decode_send_reply, reply_status, PartitionStatus};
+
+/// The protocol version this server speaks (0.11.0, `major << 20 | minor << 10 | patch`).
+pub const SERVER_PROTOCOL_VERSION: u32 = 0x2C00;
+pub const SERVER_VERSION: &str = concat!("vireo-", env!("CARGO_PKG_VERSION"));
+
+/// Iggy's code for a partition group's refusal.
+pub fn partition_status_code(status: PartitionStatus) -> u32 {
+    match status {
+        PartitionStatus::Malformed => STATUS_INVALID_COMMAND,
+        // InvalidFormat: the batch does not hold what its header says.
+        PartitionStatus::InvalidBatch => 4,
+        PartitionStatus::WrongPartition => STATUS_PARTITION_NOT_FOUND,
+        // Iggy's "consumer offsets limit reached" has no code of its own: FeatureUnavailable.
+        PartitionStatus::ConsumersFull => 5,
+        // ResourceNotFound.
+        PartitionStatus::OffsetNotFound => 20,
+        PartitionStatus::OffsetBeyondEnd => 4,
+    }
+}
+
+/// The body the client decodes for the group's reply `group_reply` to a request of `kind`, or
+/// the status the client gets instead (a refusal the group committed).
+pub fn client_reply_body(kind: &ReplyKind, session: u64, group_reply: &[u8]) -> Result<Vec<u8>, u32> {
+    let status = |reply: &[u8]| match reply_status(reply) {
+        Ok(Some(status)) => partition_status_code(status),
+        Ok(None) | Err(_) => STATUS_INVALID_COMMAND,
+    };
+    match kind {
+        ReplyKind::Login { user_id } => {
+            let reply = LoginReply {
+                result: ResultSection::ok(),
+                user_id: *user_id,
+                session,
+                server_protocol_version: SERVER_PROTOCOL_VERSION,
+                server_version: Name::new(SERVER_VERSION).expect("a short name"),
+            };
+            Ok(reply.encode())
+        }
+        ReplyKind::Metadata => Ok(group_reply.to_vec()),
+        ReplyKind::Send { stream, topic } => {
+            let sent = decode_send_reply(group_reply).map_err(|_| status(group_reply))?;
+            let appended = Appended {
+                stream_id: *stream,
+                topic_id: *topic,
+                partition_id: sent.partition,
+                base_offset: sent.base_offset,
+            };
+            Ok(SendMessagesReply { appended: vec![appended] }.encode())
+        }
+        ReplyKind::Poll => {
+            let polled = decode_poll_reply(group_reply).map_err(|_| status(group_reply))?;
+            // Exactly the messages chosen: batches are cut where the poll starts and ends.
+            let (from, to) = (polled.start, polled.start + polled.count as u64);
+            let mut batches = Vec::with_capacity(polled.batches.len());
+            let mut rest = polled.batches.as_slice();
+            while !rest.is_empty() {
+                let header = batch::BatchHeader::decode(rest).map_err(|_| STATUS_INVALID_COMMAND)?;
+                let (one, tail) = rest.split_at((header.batch_length as usize).min(rest.len()));
+                if let Some(kept) = batch::slice(one, from, to).map_err(|_| STATUS_INVALID_COMMAND)? {
+                    batches.extend_from_slice(&kept);
+                }
+                rest = tail;
+            }
+            let current_offset = if polled.current_offset == u64::MAX { 0 } else { polled.current_offset };
+            let reply =
+                wire::PollReply::new(polled.partition, current_offset, batches).map_err(|_| STATUS_INVALID_COMMAND)?;
+            Ok(reply.encode())
+        }
+        ReplyKind::Offset => match reply_status(group_reply) {
+            Ok(None) => {
+                let mut body = Vec::new();
+                ResultSection::ok().write(&mut body);
+                Ok(body)
+            }
+            _ => Err(status(group_reply)),
+        },
+    }
+}
+
+/// A reply frame the node makes itself for `request`: a refusal (`status` non-zero, no body),
+/// or an answer it holds (a read, a pong, a logout).
+pub fn node_reply(request: &Header, cluster: u128, replica: u8, status: u32, body: Vec<u8>) -> Vec<u8> {
+    assert!(status == 0 || body.is_empty(), "a refusal carries no body");
+    let mut header = Header::new(Command::Reply, cluster, replica);
+    header.client = request.client;
+    header.parent = request.parent;
+    header.request = request.request;
+    header.operation = request.operation;
+    header.session = request.session;
+    header.status = status;
+    Message::new(header, body).encode()
+}

@@ -1,0 +1,190 @@
+//! A client connection as the shard that holds it sees it: who is logged in on it, the sessions
+//! the node opened in partition groups on the client's behalf, and the requests in flight.
+//!
+//! An Iggy client logs in once (a Register in the metadata group, whose session it then echoes)
+//! and numbers its own metadata requests; it sends partition requests and reads with a number it
+//! does not advance (`PROTOCOL.md`). The node is therefore the VSR client of every partition
+//! group the connection uses: it registers the connection's client id there, numbers the
+//! group's requests itself, and re-sends a request in flight with the same number until it is
+//! answered, so that a request is applied once however often it is re-sent, also across view
+//! changes.
+//!
+//! Invariants: a connection has at most `IN_FLIGHT_MAX` requests in flight and at most
+//! `GROUP_SESSIONS_MAX` partition-group sessions (the least recently used goes); a request in
+//! flight to a partition group is either waiting for its group's session or was sent with it.
+
+use std::collections::BTreeMap;
+
+use vireo_io::Namespace;
+use vireo_protocol::header::{Header, Origin};
+
+use crate::node_io::ConnectionId;
+
+/// Requests one connection may have in flight; an Iggy SDK waits for each reply (one), a
+/// client that pipelines past this is refused as busy.
+pub const IN_FLIGHT_MAX: usize = 16;
+/// Partition-group sessions one connection keeps; past it the least recently used is dropped
+/// (a later request registers again and the group answers with the same session).
+pub const GROUP_SESSIONS_MAX: usize = 4096;
+/// Ticks a request in flight waits for its reply before the node sends it again.
+pub const RESEND_TICKS: u64 = 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Login {
+    /// Nothing but ping is accepted yet.
+    Anonymous,
+    /// The credentials were verified; the metadata group has not answered the register yet.
+    Registering { client: u128, user_id: u32 },
+    /// Logged in: `session` is the metadata group's session for `client`.
+    LoggedIn { client: u128, user_id: u32, session: u64 },
+}
+
+/// How the group's reply to a request becomes the reply the client decodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyKind {
+    /// login_register: the register's session, answered as a `LoginReply`.
+    Login { user_id: u32 },
+    /// A metadata command: the state machine's result section and payload, as they are.
+    Metadata,
+    /// send_messages to one partition.
+    Send { stream: u32, topic: u32 },
+    /// poll_messages of one partition.
+    Poll,
+    /// store_consumer_offset / delete_consumer_offset: an empty body.
+    Offset,
+}
+
+/// Where a request in flight stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The group has no session for this client yet: a register is in flight first.
+    OpeningSession,
+    /// Sent to the group with this request number.
+    Sent { request: u64 },
+    /// The request is itself a register (a login in the metadata group).
+    Register,
+}
+
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    /// The request number the client sent (answered back in the reply header).
+    pub client_request: u64,
+    pub operation: u8,
+    pub group: Namespace,
+    pub kind: ReplyKind,
+    pub stage: Stage,
+    /// The group request's header (its session and number are filled in once the session is
+    /// open) and body: what is sent, and sent again until answered.
+    pub header: Header,
+    pub body: Vec<u8>,
+    pub sent_tick: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupSession {
+    pub session: u64,
+    /// The last request number used in this session.
+    pub request: u64,
+    pub used_tick: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub id: ConnectionId,
+    pub origin: Origin,
+    pub login: Login,
+    /// By a sequence number of the connection's own (a client may reuse request numbers).
+    pub in_flight: BTreeMap<u64, InFlight>,
+    in_flight_next: u64,
+    pub group_sessions: BTreeMap<Namespace, GroupSession>,
+    /// Round-robin position of balanced sends and consumer-group polls.
+    pub cursor: u64,
+}
+
+impl Connection {
+    pub fn new(id: ConnectionId, origin: Origin) -> Connection {
+        Connection {
+            id,
+            origin,
+            login: Login::Anonymous,
+            in_flight: BTreeMap::new(),
+            in_flight_next: 0,
+            group_sessions: BTreeMap::new(),
+            cursor: 0,
+        }
+    }
+
+    /// The client id of the login (pending or done).
+    pub fn client(&self) -> Option<u128> {
+        match self.login {
+            Login::Anonymous => None,
+            Login::Registering { client, .. } | Login::LoggedIn { client, .. } => Some(client),
+        }
+    }
+
+    pub fn logged_in(&self) -> Option<(u128, u32, u64)> {
+        match self.login {
+            Login::LoggedIn { client, user_id, session } => Some((client, user_id, session)),
+            _ => None,
+        }
+    }
+
+    pub fn in_flight_full(&self) -> bool {
+        self.in_flight.len() == IN_FLIGHT_MAX
+    }
+
+    /// Starts tracking a request; the caller checked `in_flight_full`.
+    pub fn track(&mut self, in_flight: InFlight) -> u64 {
+        assert!(!self.in_flight_full());
+        let key = self.in_flight_next;
+        self.in_flight_next += 1;
+        self.in_flight.insert(key, in_flight);
+        key
+    }
+
+    /// Whether a register for `group` is already in flight (so another request waiting for
+    /// the same session does not send a second one).
+    pub fn opening(&self, group: Namespace) -> bool {
+        self.in_flight.values().any(|request| request.group == group && request.stage == Stage::OpeningSession)
+    }
+
+    /// Takes the next request number of the session in `group` (which must be open).
+    pub fn next_request(&mut self, group: Namespace, tick: u64) -> (u64, u64) {
+        let session = self.group_sessions.get_mut(&group).expect("an open session");
+        session.request += 1;
+        session.used_tick = tick;
+        (session.session, session.request)
+    }
+
+    /// Records a session the group answered a register with; `request` is the last number
+    /// the group applied for it (a session registered before keeps its numbers).
+    pub fn open_session(&mut self, group: Namespace, session: u64, request: u64, tick: u64) {
+        if !self.group_sessions.contains_key(&group) && self.group_sessions.len() == GROUP_SESSIONS_MAX {
+            let (&oldest, _) =
+                self.group_sessions.iter().min_by_key(|(_, session)| session.used_tick).expect("a full map has one");
+            self.group_sessions.remove(&oldest);
+        }
+        let entry = self.group_sessions.entry(group).or_insert(GroupSession { session, request, used_tick: tick });
+        if entry.session != session {
+            *entry = GroupSession { session, request, used_tick: tick };
+        }
+        entry.request = entry.request.max(request);
+        assert!(self.group_sessions.len() <= GROUP_SESSIONS_MAX);
+    }
+
+    /// The request in flight a group's reply answers: the register of `group` (`request`
+    /// None) or the request sent there with that number.
+    pub fn answered_by(&self, group: Namespace, request: Option<u64>) -> Option<u64> {
+        self.in_flight
+            .iter()
+            .find(|(_, in_flight)| {
+                in_flight.group == group
+                    && match (request, in_flight.stage) {
+                        (None, Stage::OpeningSession | Stage::Register) => true,
+                        (Some(number), Stage::Sent { request }) => number == request,
+                        _ => false,
+                    }
+            })
+            .map(|(key, _)| *key)
+    }
+}

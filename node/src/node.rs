@@ -1,0 +1,939 @@
+//! `Node`: one shard of a Vireo node, whole, as a sans-IO state machine. It is quinn-proto's
+//! `Endpoint` to the replicas' `Connection`s: it owns the client connections this shard holds
+//! (the front door) and the VSR groups it hosts (`Shard`), and a driver feeds it events through
+//! the same entry points whether it is the simulator or the glommio server:
+//! - a connection opened or closed, a client frame from a connection (`on_client_frame`);
+//! - a replica frame from another node (`on_replica_frame`), a message from another shard of
+//!   this node (`on_shard_message`), an I/O completion, a tick.
+//!
+//! What it does with them (the path of a request):
+//! 1. **Admission** on the shard holding the connection: a login is verified against the
+//!    committed users and its password dropped; every other request needs a login and the
+//!    user's permission (`admission`), checked against the committed metadata this shard reads.
+//!    A refusal is a reply with a status and no body.
+//! 2. **Sessions**: the client's own session is the metadata group's (its login); in each
+//!    partition group the node registers the client on its behalf and numbers the group's
+//!    requests itself (`connection`).
+//! 3. **Routing**: the request goes to the shard owning its group (`routing::shard_of`) over a
+//!    bounded channel, stamped with its origin (this node and shard); the group's replica there
+//!    forwards it to the primary's node if it is not the primary.
+//! 4. **Replies** come back to the origin (another node, another shard, or here), where the
+//!    group's reply becomes the body of the command the client sent (`client_reply`).
+//!    A request in flight is sent again, with the same number, until it is answered: exactly
+//!    once, however often.
+//! 5. **Reads** that need no consensus are answered here from committed metadata (`reads`).
+//!
+//! Shard 0 hosts the metadata group and publishes each newly committed metadata to the node's
+//! other shards (`ShardMessage::Metadata`); a shard opens and closes its partition groups as
+//! the published metadata names them.
+//!
+//! Bounds: connections per shard (`NodeConfig::connections_max`, one more is closed at once),
+//! requests in flight per connection and sessions per connection (`connection`), events
+//! buffered for the driver (`EVENTS_MAX`); a full channel to another shard drops the message
+//! and the sender's resend (or VSR's timeouts) tries again.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use vireo_io::{Completion, FileId, Instant, Io, Namespace, Peer, Token};
+use vireo_protocol::config::Bug;
+use vireo_protocol::header::{group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX};
+use vireo_protocol::request::OPERATION_REGISTER;
+use vireo_protocol::wire::{self, ClientRequest};
+use vireo_protocol::Status;
+use vireo_storage::layout::HEADER_SIZE;
+
+use crate::admission::{
+    admit_offset, admit_poll, admit_send, verify_login, Admitted, PollAdmission, STATUS_INVALID_COMMAND,
+    STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
+};
+use crate::client_reply::{client_reply_body, node_reply};
+use crate::connection::{Connection, InFlight, Login, ReplyKind, Stage, RESEND_TICKS};
+use crate::metadata_plane::MetadataMachine;
+use crate::node_io::{ConnectionId, MetadataView, NodeIo, ShardMessage};
+use crate::partition::request::{
+    OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
+};
+use crate::reads::{self, Reader};
+use crate::routing::shard_of;
+use crate::shard::{MetadataPlane, Shard, ShardConfig, ShardEvent};
+
+/// Events a node buffers for its driver; past it the oldest go (drivers poll after every input).
+pub const EVENTS_MAX: usize = 16_384;
+/// Request operations of `PROTOCOL.md`: a read (its command code at byte 196), a logout, and
+/// the first and last metadata operations.
+pub const OPERATION_NON_REPLICATED: u8 = 2;
+pub const OPERATION_LOGOUT: u8 = 3;
+pub const OPERATION_METADATA_FIRST: u8 = 128;
+pub const OPERATION_METADATA_LAST: u8 = 149;
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub shard: ShardConfig,
+    /// Client connections this shard holds at most.
+    pub connections_max: usize,
+    /// What get_cluster_metadata reports.
+    pub cluster_name: String,
+    pub roster: Vec<wire::ClusterNode>,
+}
+
+/// What a node did, for the driver's log and the simulator's trace and checkers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    Replica(ShardEvent),
+    ConnectionOpened {
+        connection: ConnectionId,
+    },
+    /// Over `connections_max`: closed at once.
+    ConnectionRefused {
+        connection: ConnectionId,
+    },
+    ConnectionClosed {
+        connection: ConnectionId,
+    },
+    /// A frame that is not a well-formed request: the connection is closed.
+    Malformed {
+        connection: ConnectionId,
+    },
+    LoginVerified {
+        connection: ConnectionId,
+        user_id: u32,
+    },
+    /// Admitted for `group`, sent towards the shard that owns it.
+    Admitted {
+        connection: ConnectionId,
+        request: u64,
+        operation: u8,
+        group: Namespace,
+        shard: u16,
+    },
+    /// The node registers the connection's client in `group` before its request goes there.
+    SessionOpening {
+        connection: ConnectionId,
+        group: Namespace,
+    },
+    SessionOpened {
+        connection: ConnectionId,
+        group: Namespace,
+        session: u64,
+    },
+    /// Refused by admission (nothing was sent to any group).
+    Denied {
+        connection: ConnectionId,
+        request: u64,
+        operation: u8,
+        status: u32,
+    },
+    /// A reply went back on the connection (status 0: a success).
+    Answered {
+        connection: ConnectionId,
+        request: u64,
+        operation: u8,
+        status: u32,
+    },
+}
+
+/// What a node dropped or refused, and why: nothing goes uncounted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounters {
+    pub connections_refused: u64,
+    pub frames_malformed: u64,
+    pub denials: u64,
+    /// Messages a full channel to another shard did not take.
+    pub channel_full: u64,
+    /// Replies without an origin, or for a node, shard or client that is not here any more.
+    pub replies_unrouted: u64,
+    /// Replies no request in flight was waiting for (a late copy of an answered one).
+    pub replies_unmatched: u64,
+    pub resends: u64,
+}
+
+/// The `Io` the groups run on: every ask passes through, but what a replica sends to a client
+/// is held for the node to route (the client's connection is the node's to find).
+struct ReplyTap<'a, I: NodeIo> {
+    io: &'a mut I,
+    replies: Vec<Vec<u8>>,
+}
+
+impl<I: NodeIo> Io for ReplyTap<'_, I> {
+    fn now(&self) -> Instant {
+        self.io.now()
+    }
+    fn send(&mut self, to: Peer, message: Vec<u8>) {
+        match to {
+            Peer::Client(_) => self.replies.push(message),
+            Peer::Replica(_) => self.io.send(to, message),
+        }
+    }
+    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
+        self.io.read(file, offset, len, token)
+    }
+    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+        self.io.write(file, offset, bytes, token)
+    }
+    fn sync(&mut self, file: FileId, token: Token) {
+        self.io.sync(file, token)
+    }
+    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
+        self.io.truncate(file, len, token)
+    }
+    fn remove(&mut self, file: FileId, token: Token) {
+        self.io.remove(file, token)
+    }
+    fn list(&mut self, namespace: Namespace, token: Token) {
+        self.io.list(namespace, token)
+    }
+    fn random(&mut self) -> u64 {
+        self.io.random()
+    }
+}
+
+pub struct Node {
+    config: NodeConfig,
+    shard: Shard<MetadataMachine>,
+    /// The committed metadata this shard reads (`None` until shard 0 first publishes).
+    view: Option<MetadataView>,
+    /// Shard 0: the metadata op last handed to each shard (0: none yet).
+    published: Vec<u64>,
+    connections: BTreeMap<ConnectionId, Connection>,
+    /// The connection each logged-in (or logging-in) client id is on.
+    clients: BTreeMap<u128, ConnectionId>,
+    events: VecDeque<NodeEvent>,
+    tick: u64,
+    pub counters: NodeCounters,
+}
+
+impl Node {
+    pub fn open(config: NodeConfig, io: &mut impl NodeIo) -> Node {
+        assert!(config.connections_max >= 1);
+        let mut tap = ReplyTap { io, replies: Vec::new() };
+        let shard = Shard::open(config.shard.clone(), &mut tap);
+        assert!(tap.replies.is_empty(), "a replica that just opened answers no one");
+        let shards = config.shard.shards as usize;
+        let mut node = Node {
+            config,
+            shard,
+            view: None,
+            published: vec![0; shards],
+            connections: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            events: VecDeque::new(),
+            tick: 0,
+            counters: NodeCounters::default(),
+        };
+        node.drain_shard_events();
+        node
+    }
+
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// The groups this shard hosts.
+    pub fn shard(&self) -> &Shard<MetadataMachine> {
+        &self.shard
+    }
+
+    pub fn view(&self) -> Option<&MetadataView> {
+        self.view.as_ref()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.len()
+    }
+
+    pub fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front()
+    }
+
+    fn node_index(&self) -> u8 {
+        self.config.shard.node
+    }
+
+    fn shard_index(&self) -> u16 {
+        self.config.shard.shard
+    }
+
+    fn bug(&self) -> Option<Bug> {
+        self.config.shard.metadata.bug
+    }
+
+    fn event(&mut self, event: NodeEvent) {
+        if self.events.len() == EVENTS_MAX {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+
+    // Events from the driver.
+
+    pub fn on_connection_opened(&mut self, io: &mut impl NodeIo, connection: ConnectionId) {
+        assert!(!self.connections.contains_key(&connection), "the driver numbers connections once");
+        if self.connections.len() == self.config.connections_max {
+            self.counters.connections_refused += 1;
+            self.event(NodeEvent::ConnectionRefused { connection });
+            io.close_connection(connection);
+            return;
+        }
+        let origin = Origin { node: self.node_index(), shard: self.shard_index() };
+        self.connections.insert(connection, Connection::new(connection, origin));
+        self.event(NodeEvent::ConnectionOpened { connection });
+    }
+
+    /// The connection is gone: its requests in flight are no one's now (a group may still apply
+    /// them; their replies find no connection and are dropped).
+    pub fn on_connection_closed(&mut self, _io: &mut impl NodeIo, connection: ConnectionId) {
+        let Some(closed) = self.connections.remove(&connection) else { return };
+        if let Some(client) = closed.client() {
+            if self.clients.get(&client) == Some(&connection) {
+                self.clients.remove(&client);
+            }
+        }
+        self.event(NodeEvent::ConnectionClosed { connection });
+    }
+
+    /// A frame a client sent on `connection`.
+    pub fn on_client_frame(&mut self, io: &mut impl NodeIo, connection: ConnectionId, bytes: &[u8]) {
+        if !self.connections.contains_key(&connection) {
+            return;
+        }
+        let message = match Message::decode(bytes, false) {
+            Ok(message) if message.header.command == Command::Request && message.header.client != 0 => message,
+            _ => {
+                self.counters.frames_malformed += 1;
+                self.event(NodeEvent::Malformed { connection });
+                io.close_connection(connection);
+                return;
+            }
+        };
+        let header = message.header;
+        let result = match header.operation {
+            OPERATION_REGISTER => self.on_login(io, connection, header, &message.body),
+            OPERATION_LOGOUT => self.on_logout(io, connection, header),
+            OPERATION_NON_REPLICATED => self.on_read(io, connection, header, &message.body),
+            OPERATION_METADATA_FIRST..=OPERATION_METADATA_LAST => {
+                self.on_metadata_request(io, connection, header, message.body)
+            }
+            OPERATION_SEND_MESSAGES | OPERATION_STORE_CONSUMER_OFFSET | OPERATION_DELETE_CONSUMER_OFFSET => {
+                self.on_partition_request(io, connection, header, &message.body)
+            }
+            _ => Err(STATUS_INVALID_COMMAND),
+        };
+        if let Err(status) = result {
+            self.deny(io, connection, &header, status);
+        }
+    }
+
+    /// A frame from another node: a replica message for one of this node's groups, a client
+    /// request a replica forwarded to its primary here, or a reply for a client of this node.
+    pub fn on_replica_frame(&mut self, io: &mut impl NodeIo, bytes: Vec<u8>) {
+        let Ok(header) = Header::decode(&bytes) else {
+            self.counters.frames_malformed += 1;
+            return;
+        };
+        if matches!(header.command, Command::Reply | Command::Eviction) {
+            self.route_client_reply(io, bytes);
+            return;
+        }
+        self.route_to_group(io, &header, bytes);
+    }
+
+    pub fn on_shard_message(&mut self, io: &mut impl NodeIo, message: ShardMessage) {
+        match message {
+            ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, &bytes)),
+            ShardMessage::ClientReply(bytes) => self.on_client_reply(io, &bytes),
+            ShardMessage::Metadata(view) => self.on_metadata_view(io, view),
+        }
+    }
+
+    pub fn on_completion(&mut self, io: &mut impl NodeIo, completion: Completion) {
+        self.with_groups(io, |shard, io| shard.on_completion(io, completion));
+    }
+
+    pub fn tick(&mut self, io: &mut impl NodeIo) {
+        self.tick += 1;
+        self.with_groups(io, |shard, io| shard.tick(io));
+        self.resend_in_flight(io);
+        if self.shard_index() == 0 {
+            self.publish(io);
+        }
+    }
+
+    // The groups.
+
+    /// Runs one input on the hosted groups, then routes what they answered clients, buffers
+    /// their events, and (shard 0) publishes newly committed metadata.
+    fn with_groups<I: NodeIo>(
+        &mut self,
+        io: &mut I,
+        action: impl FnOnce(&mut Shard<MetadataMachine>, &mut ReplyTap<I>),
+    ) {
+        self.with_groups_then(io, true, action)
+    }
+
+    fn with_groups_then<I: NodeIo>(
+        &mut self,
+        io: &mut I,
+        publish: bool,
+        action: impl FnOnce(&mut Shard<MetadataMachine>, &mut ReplyTap<I>),
+    ) {
+        let mut tap = ReplyTap { io: &mut *io, replies: Vec::new() };
+        action(&mut self.shard, &mut tap);
+        let replies = std::mem::take(&mut tap.replies);
+        for reply in replies {
+            self.route_client_reply(io, reply);
+        }
+        self.drain_shard_events();
+        if publish && self.shard_index() == 0 {
+            self.publish(io);
+        }
+    }
+
+    fn drain_shard_events(&mut self) {
+        while let Some(event) = self.shard.poll_event() {
+            self.event(NodeEvent::Replica(event));
+        }
+    }
+
+    /// A frame for a group: into the replica here if this shard owns it, else over the channel.
+    fn route_to_group(&mut self, io: &mut impl NodeIo, header: &Header, bytes: Vec<u8>) {
+        let group = Shard::<MetadataMachine>::group_of_frame(header);
+        let owner = shard_of(group, self.config.shard.shards);
+        if owner == self.shard_index() {
+            self.with_groups(io, |shard, io| shard.on_message(io, &bytes));
+        } else if io.send_to_shard(owner, ShardMessage::Frame(bytes)).is_err() {
+            self.counters.channel_full += 1;
+        }
+    }
+
+    /// Shard 0: makes newly committed metadata this shard's view and hands it to every other
+    /// shard (one whose channel is full gets it at a later tick).
+    fn publish(&mut self, io: &mut impl NodeIo) {
+        let Some(replica) = self.shard.metadata() else { return };
+        if replica.status() == Status::Opening {
+            return;
+        }
+        let op = replica.commit_min();
+        if self.view.as_ref().is_none_or(|view| view.op != op) {
+            let view = MetadataView {
+                op,
+                metadata: Arc::new(replica.state_machine().metadata().clone()),
+                partitions: Arc::new(replica.state_machine().partitions()),
+            };
+            self.on_metadata_view(io, view);
+        }
+        let view = self.view.clone().expect("just made");
+        for shard in 1..self.config.shard.shards {
+            if self.published[shard as usize] == view.op + 1 {
+                continue;
+            }
+            match io.send_to_shard(shard, ShardMessage::Metadata(view.clone())) {
+                // Stored as op + 1 so that op 0 (genesis) counts as published too.
+                Ok(()) => self.published[shard as usize] = view.op + 1,
+                Err(_) => self.counters.channel_full += 1,
+            }
+        }
+    }
+
+    fn on_metadata_view(&mut self, io: &mut impl NodeIo, view: MetadataView) {
+        let partitions = view.partitions.clone();
+        self.view = Some(view);
+        self.with_groups_then(io, false, |shard, io| shard.sync_partitions(io, &partitions));
+    }
+
+    // Admission.
+
+    fn deny(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: &Header, status: u32) {
+        assert_ne!(status, 0);
+        self.counters.denials += 1;
+        let frame = node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, Vec::new());
+        io.send_to_connection(connection, frame);
+        self.event(NodeEvent::Denied { connection, request: request.request, operation: request.operation, status });
+    }
+
+    fn answer_here(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: &Header, body: Vec<u8>) {
+        let frame = node_reply(request, self.config.shard.metadata.cluster, self.node_index(), 0, body);
+        io.send_to_connection(connection, frame);
+        self.event(NodeEvent::Answered {
+            connection,
+            request: request.request,
+            operation: request.operation,
+            status: 0,
+        });
+    }
+
+    fn metadata(&self) -> Result<Arc<crate::metadata::Metadata>, u32> {
+        // Before the first publication (the metadata replica is still opening) nothing can be
+        // checked: the client may try again.
+        self.view.as_ref().map(|view| view.metadata.clone()).ok_or(STATUS_TRANSIENT_NOT_ACCEPTED)
+    }
+
+    fn on_login(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        header: Header,
+        body: &[u8],
+    ) -> Result<(), u32> {
+        if header.session != 0 || header.request != 0 {
+            return Err(STATUS_INVALID_COMMAND);
+        }
+        let Ok(ClientRequest::LoginRegister(login)) = ClientRequest::decode(wire::command::LOGIN_REGISTER, body) else {
+            return Err(STATUS_INVALID_COMMAND);
+        };
+        let metadata = self.metadata()?;
+        let user_id = verify_login(&metadata, &login, self.bug())?;
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        if conn.in_flight_full() {
+            return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
+        }
+        if let Some(client) = self.clients.get(&header.client) {
+            if *client != connection {
+                // Another connection of this shard holds this client id.
+                return Err(STATUS_INVALID_COMMAND);
+            }
+        }
+        // A new login is a new client (the SDK draws a new id): the old one's work is dropped.
+        if let Some(previous) = conn.client() {
+            self.clients.remove(&previous);
+        }
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        conn.in_flight.clear();
+        conn.group_sessions.clear();
+        conn.login = Login::Registering { client: header.client, user_id };
+        self.clients.insert(header.client, connection);
+        let mut register = Header::new(Command::Request, self.config.shard.metadata.cluster, 0);
+        register.client = header.client;
+        register.operation = OPERATION_REGISTER;
+        register.user_id = user_id;
+        register.group = group_of(Namespace::METADATA);
+        register.origin = Some(conn.origin);
+        register.parent = header.parent;
+        // The password has been checked: it goes no further than this shard.
+        let in_flight = InFlight {
+            client_request: 0,
+            operation: OPERATION_REGISTER,
+            group: Namespace::METADATA,
+            kind: ReplyKind::Login { user_id },
+            stage: Stage::Register,
+            header: register,
+            body: Vec::new(),
+            sent_tick: self.tick,
+        };
+        let key = conn.track(in_flight);
+        self.event(NodeEvent::LoginVerified { connection, user_id });
+        self.send_in_flight(io, connection, key);
+        Ok(())
+    }
+
+    fn on_logout(&mut self, io: &mut impl NodeIo, connection: ConnectionId, header: Header) -> Result<(), u32> {
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        if let Some(client) = conn.client() {
+            if self.clients.get(&client) == Some(&connection) {
+                self.clients.remove(&client);
+            }
+        }
+        conn.login = Login::Anonymous;
+        conn.in_flight.clear();
+        conn.group_sessions.clear();
+        self.answer_here(io, connection, &header, Vec::new());
+        Ok(())
+    }
+
+    /// The connection's client, user and session, or `STATUS_UNAUTHENTICATED`.
+    fn logged_in(&self, connection: ConnectionId) -> Result<(u128, u32, u64), u32> {
+        self.connections[&connection].logged_in().ok_or(STATUS_UNAUTHENTICATED)
+    }
+
+    fn on_read(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        header: Header,
+        body: &[u8],
+    ) -> Result<(), u32> {
+        if header.command_code == wire::command::PING {
+            self.answer_here(io, connection, &header, Vec::new());
+            return Ok(());
+        }
+        let (client, user_id, _) = self.logged_in(connection)?;
+        let request = ClientRequest::decode(header.command_code, body).map_err(|_| STATUS_INVALID_COMMAND)?;
+        let metadata = self.metadata()?;
+        match &request {
+            ClientRequest::PollMessages(poll) => {
+                let cursor = self.bump_cursor(connection);
+                match admit_poll(&metadata, user_id, client, poll, cursor)? {
+                    PollAdmission::Group(admitted) => self.submit(io, connection, &header, admitted),
+                    PollAdmission::NothingAssigned => {
+                        let empty = wire::PollReply::new(0, 0, Vec::new()).expect("no batches").encode();
+                        self.answer_here(io, connection, &header, empty);
+                        Ok(())
+                    }
+                }
+            }
+            ClientRequest::GetClusterMetadata => {
+                let cluster =
+                    wire::ClusterMetadata { name: self.config.cluster_name.clone(), nodes: self.config.roster.clone() };
+                self.answer_here(io, connection, &header, cluster.encode());
+                Ok(())
+            }
+            _ => {
+                let body = reads::answer(&metadata, Reader { user_id, client, connection }, &request)?;
+                self.answer_here(io, connection, &header, body);
+                Ok(())
+            }
+        }
+    }
+
+    fn bump_cursor(&mut self, connection: ConnectionId) -> u64 {
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        conn.cursor += 1;
+        conn.cursor
+    }
+
+    /// A metadata command: it travels in the client's own session, as the client numbered it;
+    /// the metadata state machine checks the user's permissions when it applies it.
+    fn on_metadata_request(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        header: Header,
+        body: Vec<u8>,
+    ) -> Result<(), u32> {
+        let (client, user_id, session) = self.logged_in(connection)?;
+        if header.session != session || header.request == 0 || header.client != client {
+            return Err(STATUS_INVALID_COMMAND);
+        }
+        self.check_size(&header)?;
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        if conn.in_flight_full() {
+            return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
+        }
+        let mut request = header;
+        request.user_id = user_id;
+        request.group = group_of(Namespace::METADATA);
+        request.origin = Some(conn.origin);
+        let in_flight = InFlight {
+            client_request: header.request,
+            operation: header.operation,
+            group: Namespace::METADATA,
+            kind: ReplyKind::Metadata,
+            stage: Stage::Sent { request: header.request },
+            header: request,
+            body,
+            sent_tick: self.tick,
+        };
+        let key = conn.track(in_flight);
+        self.event(NodeEvent::Admitted {
+            connection,
+            request: header.request,
+            operation: header.operation,
+            group: Namespace::METADATA,
+            shard: 0,
+        });
+        self.send_in_flight(io, connection, key);
+        Ok(())
+    }
+
+    /// Frames over a group's prepare limit would be dropped by its replica: refused here.
+    fn check_size(&self, header: &Header) -> Result<(), u32> {
+        let limit = self.config.shard.partition.prepare_size_max.min(self.config.shard.metadata.prepare_size_max);
+        if header.size as u64 > limit - HEADER_SIZE as u64 || header.size > FRAME_SIZE_MAX {
+            // InvalidFormat: larger than a request may be.
+            return Err(4);
+        }
+        Ok(())
+    }
+
+    fn on_partition_request(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        header: Header,
+        body: &[u8],
+    ) -> Result<(), u32> {
+        let (client, user_id, _) = self.logged_in(connection)?;
+        self.check_size(&header)?;
+        let metadata = self.metadata()?;
+        let cursor = self.bump_cursor(connection);
+        let admitted = match header.operation {
+            OPERATION_SEND_MESSAGES => {
+                let Ok(ClientRequest::SendMessages(send)) = ClientRequest::decode(wire::command::SEND_MESSAGES, body)
+                else {
+                    return Err(STATUS_INVALID_COMMAND);
+                };
+                admit_send(&metadata, user_id, &send, cursor, self.bug())?
+            }
+            OPERATION_STORE_CONSUMER_OFFSET => {
+                let Ok(ClientRequest::StoreConsumerOffset { key, offset, .. }) =
+                    ClientRequest::decode(wire::command::STORE_CONSUMER_OFFSET, body)
+                else {
+                    return Err(STATUS_INVALID_COMMAND);
+                };
+                admit_offset(&metadata, user_id, client, &key, Some(offset), cursor)?
+            }
+            _ => {
+                let Ok(ClientRequest::DeleteConsumerOffset(key)) =
+                    ClientRequest::decode(wire::command::DELETE_CONSUMER_OFFSET, body)
+                else {
+                    return Err(STATUS_INVALID_COMMAND);
+                };
+                admit_offset(&metadata, user_id, client, &key, None, cursor)?
+            }
+        };
+        self.submit(io, connection, &header, admitted)
+    }
+
+    /// Sends an admitted partition request in the connection's session of its group, opening
+    /// that session first if there is none.
+    fn submit(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        header: &Header,
+        admitted: Admitted,
+    ) -> Result<(), u32> {
+        let (client, user_id, _) = self.logged_in(connection)?;
+        let tick = self.tick;
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        if conn.in_flight_full() {
+            return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
+        }
+        let group = admitted.group;
+        let body = admitted.request.encode();
+        let mut request = Header::new(Command::Request, self.config.shard.metadata.cluster, 0);
+        request.client = client;
+        request.operation = admitted.request.operation();
+        request.user_id = user_id;
+        request.group = group_of(group);
+        request.origin = Some(conn.origin);
+        request.size = (HEADER_SIZE + body.len()) as u32;
+        let opening = !conn.group_sessions.contains_key(&group);
+        let already_opening = conn.opening(group);
+        let stage = if opening {
+            Stage::OpeningSession
+        } else {
+            let (session, number) = conn.next_request(group, tick);
+            request.session = session;
+            request.request = number;
+            Stage::Sent { request: number }
+        };
+        let in_flight = InFlight {
+            client_request: header.request,
+            operation: header.operation,
+            group,
+            kind: admitted.kind,
+            stage,
+            header: request,
+            body,
+            sent_tick: tick,
+        };
+        let key = conn.track(in_flight);
+        let shard = shard_of(group, self.config.shard.shards);
+        self.event(NodeEvent::Admitted {
+            connection,
+            request: header.request,
+            operation: header.operation,
+            group,
+            shard,
+        });
+        if opening {
+            if !already_opening {
+                self.event(NodeEvent::SessionOpening { connection, group });
+                self.send_in_flight(io, connection, key);
+            }
+        } else {
+            self.send_in_flight(io, connection, key);
+        }
+        Ok(())
+    }
+
+    /// Sends (or sends again) a request in flight towards its group: the register of its
+    /// session while that is opening, else the request itself.
+    fn send_in_flight(&mut self, io: &mut impl NodeIo, connection: ConnectionId, key: u64) {
+        let tick = self.tick;
+        let cluster = self.config.shard.metadata.cluster;
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        let in_flight = conn.in_flight.get_mut(&key).expect("tracked");
+        in_flight.sent_tick = tick;
+        let frame = match in_flight.stage {
+            Stage::OpeningSession => {
+                let mut register = Header::new(Command::Request, cluster, 0);
+                register.client = in_flight.header.client;
+                register.operation = OPERATION_REGISTER;
+                register.user_id = in_flight.header.user_id;
+                register.group = in_flight.header.group;
+                register.origin = in_flight.header.origin;
+                Message::new(register, Vec::new()).encode()
+            }
+            Stage::Sent { .. } | Stage::Register => Message::new(in_flight.header, in_flight.body.clone()).encode(),
+        };
+        let header = Header::decode(&frame).expect("a frame of our own");
+        self.route_to_group(io, &header, frame);
+    }
+
+    fn resend_in_flight(&mut self, io: &mut impl NodeIo) {
+        let tick = self.tick;
+        let mut due = Vec::new();
+        for (connection, conn) in &self.connections {
+            let mut opening = std::collections::BTreeSet::new();
+            for (key, in_flight) in &conn.in_flight {
+                if in_flight.sent_tick + RESEND_TICKS > tick {
+                    continue;
+                }
+                // One register per group is enough.
+                if in_flight.stage == Stage::OpeningSession && !opening.insert(in_flight.group) {
+                    continue;
+                }
+                due.push((*connection, *key));
+            }
+        }
+        for (connection, key) in due {
+            self.counters.resends += 1;
+            self.send_in_flight(io, connection, key);
+        }
+    }
+
+    // Replies.
+
+    /// A reply or eviction a replica made for a client: to the node and shard of its origin.
+    fn route_client_reply(&mut self, io: &mut impl NodeIo, frame: Vec<u8>) {
+        let Ok(header) = Header::decode(&frame) else {
+            self.counters.frames_malformed += 1;
+            return;
+        };
+        let Some(origin) = header.origin else {
+            self.counters.replies_unrouted += 1;
+            return;
+        };
+        if origin.node != self.node_index() {
+            if origin.node >= self.config.shard.metadata.replica_count {
+                self.counters.replies_unrouted += 1;
+                return;
+            }
+            io.send(Peer::Replica(origin.node), frame);
+        } else if origin.shard != self.shard_index() {
+            if origin.shard >= self.config.shard.shards {
+                self.counters.replies_unrouted += 1;
+            } else if io.send_to_shard(origin.shard, ShardMessage::ClientReply(frame)).is_err() {
+                self.counters.channel_full += 1;
+            }
+        } else {
+            self.on_client_reply(io, &frame);
+        }
+    }
+
+    /// A group's reply for a client of this shard: the request in flight it answers gets its
+    /// reply (or, for a session being opened, the requests waiting for it go out).
+    fn on_client_reply(&mut self, io: &mut impl NodeIo, frame: &[u8]) {
+        let Ok(message) = Message::decode(frame, true) else {
+            self.counters.frames_malformed += 1;
+            return;
+        };
+        let header = message.header;
+        let Some(&connection) = self.clients.get(&header.client) else {
+            self.counters.replies_unrouted += 1;
+            return;
+        };
+        let group = group_namespace(header.group).unwrap_or(Namespace::METADATA);
+        if header.command == Command::Eviction {
+            self.on_eviction(io, connection, group, &header);
+            return;
+        }
+        let register = header.operation == OPERATION_REGISTER;
+        let conn = self.connections.get_mut(&connection).expect("clients map onto connections");
+        let Some(key) = conn.answered_by(group, if register { None } else { Some(header.request) }) else {
+            self.counters.replies_unmatched += 1;
+            return;
+        };
+        if conn.in_flight[&key].stage == Stage::OpeningSession {
+            let tick = self.tick;
+            conn.open_session(group, header.session, header.request, tick);
+            self.event(NodeEvent::SessionOpened { connection, group, session: header.session });
+            let conn = self.connections.get_mut(&connection).expect("still here");
+            let waiting: Vec<u64> = conn
+                .in_flight
+                .iter()
+                .filter(|(_, in_flight)| in_flight.group == group && in_flight.stage == Stage::OpeningSession)
+                .map(|(key, _)| *key)
+                .collect();
+            for key in waiting {
+                let conn = self.connections.get_mut(&connection).expect("still here");
+                let (session, number) = conn.next_request(group, tick);
+                let in_flight = conn.in_flight.get_mut(&key).expect("listed");
+                in_flight.header.session = session;
+                in_flight.header.request = number;
+                in_flight.stage = Stage::Sent { request: number };
+                self.send_in_flight(io, connection, key);
+            }
+            return;
+        }
+        let in_flight = conn.in_flight.remove(&key).expect("found");
+        let session = match (&in_flight.kind, conn.login) {
+            (ReplyKind::Login { user_id }, _) => {
+                conn.login = Login::LoggedIn { client: header.client, user_id: *user_id, session: header.session };
+                header.session
+            }
+            (_, Login::LoggedIn { session, .. }) => session,
+            _ => 0,
+        };
+        let (status, body) = match client_reply_body(&in_flight.kind, session, &message.body) {
+            Ok(body) => (0, body),
+            Err(status) => (status, Vec::new()),
+        };
+        let mut reply = Header::new(Command::Reply, self.config.shard.metadata.cluster, self.node_index());
+        reply.client = header.client;
+        reply.view = header.view;
+        reply.parent = header.parent;
+        reply.op = header.op;
+        reply.commit = header.commit;
+        reply.timestamp = header.timestamp;
+        reply.request = in_flight.client_request;
+        reply.operation = in_flight.operation;
+        reply.session = session;
+        reply.status = status;
+        io.send_to_connection(connection, Message::new(reply, body).encode());
+        self.event(NodeEvent::Answered {
+            connection,
+            request: in_flight.client_request,
+            operation: in_flight.operation,
+            status,
+        });
+    }
+
+    /// A group no longer holds the client's session (evicted, or the id is another user's):
+    /// what was in flight there has an unknown fate, which the client learns as an eviction.
+    fn on_eviction(&mut self, io: &mut impl NodeIo, connection: ConnectionId, group: Namespace, eviction: &Header) {
+        let conn = self.connections.get_mut(&connection).expect("clients map onto connections");
+        conn.group_sessions.remove(&group);
+        let evicted: Vec<u64> =
+            conn.in_flight.iter().filter(|(_, in_flight)| in_flight.group == group).map(|(key, _)| *key).collect();
+        if evicted.is_empty() {
+            self.counters.replies_unmatched += 1;
+            return;
+        }
+        for key in evicted {
+            let conn = self.connections.get_mut(&connection).expect("still here");
+            let in_flight = conn.in_flight.remove(&key).expect("listed");
+            let mut header = *eviction;
+            header.origin = None;
+            header.cluster = self.config.shard.metadata.cluster;
+            io.send_to_connection(connection, Message::new(header, Vec::new()).encode());
+            self.event(NodeEvent::Answered {
+                connection,
+                request: in_flight.client_request,
+                operation: in_flight.operation,
+                status: STATUS_UNAUTHENTICATED,
+            });
+        }
+        if group.is_metadata() {
+            let conn = self.connections.get_mut(&connection).expect("still here");
+            if let Some(client) = conn.client() {
+                self.clients.remove(&client);
+            }
+            let conn = self.connections.get_mut(&connection).expect("still here");
+            conn.login = Login::Anonymous;
+            conn.group_sessions.clear();
+        }
+    }
+}

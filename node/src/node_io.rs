@@ -1,0 +1,65 @@
+//! `NodeIo`: what one shard of a node asks of its driver beyond `Io`: messages to the node's other
+//! shards over bounded channels, frames to the client connections it holds, and closing them.
+//! The simulator and the glommio driver each implement it; the node never sees a socket, a
+//! thread or a channel, only these asks and their defined answers.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use vireo_io::{Io, Namespace};
+
+use crate::metadata::Metadata;
+
+/// A client connection, numbered by the driver (never reused while the driver runs).
+pub type ConnectionId = u64;
+
+/// The committed metadata as shard 0's replica applied it up to `op`, shared read-only by every
+/// shard of the node (a new view replaces the old one whole: readers never lock).
+#[derive(Clone, Debug)]
+pub struct MetadataView {
+    pub op: u64,
+    pub metadata: Arc<Metadata>,
+    pub partitions: Arc<BTreeSet<Namespace>>,
+}
+
+/// What crosses from one shard of a node to another.
+#[derive(Clone, Debug)]
+pub enum ShardMessage {
+    /// A frame for a group the receiving shard owns: a replica frame from another node, or a
+    /// client request the sending shard admitted (its origin stamped).
+    Frame(Vec<u8>),
+    /// A reply or eviction for a client whose connection the receiving shard holds.
+    ClientReply(Vec<u8>),
+    /// The committed metadata, published by shard 0.
+    Metadata(MetadataView),
+}
+
+impl ShardMessage {
+    /// Bytes the message carries (what a channel's bound is counted against).
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            ShardMessage::Frame(bytes) | ShardMessage::ClientReply(bytes) => bytes.len(),
+            ShardMessage::Metadata(_) => 0,
+        }
+    }
+}
+
+/// The channel to a shard holds as many messages as it may: the message was not sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the channel to shard {0} is full")]
+pub struct ChannelFull(pub u16);
+
+pub trait NodeIo: Io {
+    /// Queues a message for another shard of this node. `Err` when its channel is full: the
+    /// caller decides (a client request is refused as busy, a replica frame is dropped and
+    /// repaired by VSR's timeouts, a metadata publication is tried again next tick).
+    fn send_to_shard(&mut self, shard: u16, message: ShardMessage) -> Result<(), ChannelFull>;
+
+    /// Queues a frame on a connection this shard holds. The driver bounds each connection's
+    /// send queue and closes a connection whose client does not read (then reports it closed).
+    fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>);
+
+    /// Closes a connection (a malformed frame, a refused login past its bound). The driver
+    /// reports it closed afterwards, like any other.
+    fn close_connection(&mut self, connection: ConnectionId);
+}
