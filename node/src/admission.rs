@@ -10,11 +10,11 @@
 
 use vireo_io::Namespace;
 use vireo_protocol::config::Bug;
-use vireo_protocol::wire::{self, ConsumerKind, LoginRegister, PollMessages, SendMessages};
+use vireo_protocol::wire::{self, ConsumerKind, LoginRegister, LoginWithToken, PollMessages, SendMessages};
 use vireo_storage::partition::PollingStrategy;
 
 use crate::connection::ReplyKind;
-use crate::metadata::{verify_password, Identifier, Metadata, ReadKind, UserStatus};
+use crate::metadata::{token_hash, verify_password, Identifier, Metadata, ReadKind, UserStatus};
 use crate::partition::request::{ConsumerKey, PartitionRequest};
 use crate::partitioning::{partition_for, Partitioning};
 
@@ -25,6 +25,7 @@ pub const STATUS_UNAUTHENTICATED: u32 = 40;
 pub const STATUS_UNAUTHORIZED: u32 = 41;
 pub const STATUS_INVALID_CREDENTIALS: u32 = 42;
 pub const STATUS_USER_INACTIVE: u32 = 47;
+pub const STATUS_INVALID_TOKEN: u32 = 53;
 /// The server did not take the request (a queue on its way was full): it may be sent again.
 pub const STATUS_TRANSIENT_NOT_ACCEPTED: u32 = 58;
 pub const STATUS_PARTITION_NOT_FOUND: u32 = 3007;
@@ -203,14 +204,22 @@ pub fn admit_poll(
     }))
 }
 
-/// store_consumer_offset (`Some(offset)`) or delete_consumer_offset (`None`): the user may poll
-/// the topic.
+/// What a consumer-offset request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffsetAction {
+    Store(u64),
+    Delete,
+    Get,
+}
+
+/// store_consumer_offset, delete_consumer_offset or get_consumer_offset: the user may poll the
+/// topic.
 pub fn admit_offset(
     metadata: &Metadata,
     user_id: u32,
     client: u128,
     key: &wire::ConsumerOffsetKey,
-    offset: Option<u64>,
+    action: OffsetAction,
     cursor: u64,
 ) -> Result<Admitted, u32> {
     let (stream, topic) = resolve_topic(metadata, &key.stream, &key.topic)?;
@@ -218,9 +227,19 @@ pub fn admit_offset(
     let consumer = consumer_key(metadata, stream, topic, &key.consumer)?;
     let partition = consumer_partition(metadata, client, stream, topic, consumer, key.partition_id, cursor)?
         .ok_or(STATUS_PARTITION_NOT_FOUND)?;
-    let request = match offset {
-        Some(offset) => PartitionRequest::StoreOffset { partition, consumer, offset },
-        None => PartitionRequest::DeleteOffset { partition, consumer },
+    let (request, kind) = match action {
+        OffsetAction::Store(offset) => {
+            (PartitionRequest::StoreOffset { partition, consumer, offset }, ReplyKind::Offset)
+        }
+        OffsetAction::Delete => (PartitionRequest::DeleteOffset { partition, consumer }, ReplyKind::Offset),
+        OffsetAction::Get => (PartitionRequest::GetOffset { partition, consumer }, ReplyKind::ConsumerOffset),
     };
-    Ok(Admitted { group: Namespace::partition(stream, topic, partition), request, kind: ReplyKind::Offset })
+    Ok(Admitted { group: Namespace::partition(stream, topic, partition), request, kind })
+}
+
+/// The user a personal-access-token login logs in as at `now`. An unknown, deleted or expired
+/// token, or an inactive user, is refused alike (`STATUS_INVALID_TOKEN`), as the reference does.
+pub fn verify_token(metadata: &Metadata, login: &LoginWithToken, now: u64) -> Result<u32, u32> {
+    let token = std::str::from_utf8(login.token.as_bytes()).map_err(|_| STATUS_INVALID_TOKEN)?;
+    metadata.user_by_token(token_hash(token), now).map(|user| user.id).map_err(|_| STATUS_INVALID_TOKEN)
 }

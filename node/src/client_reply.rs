@@ -8,12 +8,16 @@
 //! read (operation 2) the client sent.
 
 use vireo_protocol::header::{Command, Header, Message};
-use vireo_protocol::wire::{self, Appended, LoginReply, Name, ResultSection, SendMessagesReply};
+use vireo_protocol::wire::{
+    self, Appended, ConsumerOffsetReply, CreatedPersonalAccessToken, LoginReply, Name, ResultSection, SendMessagesReply,
+};
 use vireo_storage::batch;
 
 use crate::admission::{STATUS_INVALID_COMMAND, STATUS_PARTITION_NOT_FOUND};
 use crate::connection::ReplyKind;
-use crate::partition::request::{decode_poll_reply, decode_send_reply, reply_status, PartitionStatus};
+use crate::partition::request::{
+    decode_offset_reply, decode_poll_reply, decode_send_reply, reply_status, PartitionStatus,
+};
 
 /// The protocol version this server speaks (0.11.0, `major << 20 | minor << 10 | patch`).
 pub const SERVER_PROTOCOL_VERSION: u32 = 0x2C00;
@@ -88,6 +92,35 @@ pub fn client_reply_body(kind: &ReplyKind, session: u64, group_reply: &[u8]) -> 
                 ResultSection::ok().write(&mut body);
                 Ok(body)
             }
+            _ => Err(status(group_reply)),
+        },
+        ReplyKind::ConsumerOffset => match decode_offset_reply(group_reply) {
+            Ok(offset) => Ok(ConsumerOffsetReply {
+                partition_id: offset.partition,
+                current_offset: if offset.current_offset == u64::MAX { 0 } else { offset.current_offset },
+                stored_offset: offset.stored,
+            }
+            .encode()),
+            // Nothing stored: an empty body, the SDK's None.
+            Err(_) if matches!(reply_status(group_reply), Ok(Some(PartitionStatus::OffsetNotFound))) => Ok(Vec::new()),
+            Err(_) => Err(status(group_reply)),
+        },
+        ReplyKind::CreatedToken { token } => {
+            let Ok((section, _)) = ResultSection::decode_prefix(group_reply) else {
+                return Err(STATUS_INVALID_COMMAND);
+            };
+            let mut body = Vec::new();
+            section.write(&mut body);
+            if section.is_ok() {
+                CreatedPersonalAccessToken { token: Name::new(token.as_str()).expect("a short token") }
+                    .write(&mut body);
+            }
+            Ok(body)
+        }
+        // Answered by the node once every partition is empty (see `Node`).
+        ReplyKind::Purge { reply, .. } => Ok(reply.clone()),
+        ReplyKind::PurgePartition { .. } => match reply_status(group_reply) {
+            Ok(None) => Ok(Vec::new()),
             _ => Err(status(group_reply)),
         },
     }

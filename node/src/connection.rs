@@ -28,6 +28,8 @@ pub const IN_FLIGHT_MAX: usize = 16;
 pub const GROUP_SESSIONS_MAX: usize = 4096;
 /// Ticks a request in flight waits for its reply before the node sends it again.
 pub const RESEND_TICKS: u64 = 40;
+/// Partitions a purge empties at once (its other partitions wait their turn).
+pub const PURGE_WINDOW: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Login {
@@ -52,6 +54,15 @@ pub enum ReplyKind {
     Poll,
     /// store_consumer_offset / delete_consumer_offset: an empty body.
     Offset,
+    /// get_consumer_offset of one partition.
+    ConsumerOffset,
+    /// create_personal_access_token: the token the node drew, shown once.
+    CreatedToken { token: String },
+    /// purge_stream / purge_topic: the metadata group checked and committed it; then every
+    /// partition it names is emptied (`PURGE_WINDOW` at a time) before the client is answered.
+    Purge { waiting: std::collections::VecDeque<Namespace>, outstanding: usize, reply: Vec<u8> },
+    /// One partition of a purge (`parent`: the purge's key).
+    PurgePartition { parent: u64 },
 }
 
 /// Where a request in flight stands.
@@ -63,6 +74,8 @@ pub enum Stage {
     Sent { request: u64 },
     /// The request is itself a register (a login in the metadata group).
     Register,
+    /// Answered by its group; waiting for the requests it fanned out (a purge's partitions).
+    Fanning,
 }
 
 #[derive(Clone, Debug)]
@@ -130,12 +143,13 @@ impl Connection {
     }
 
     pub fn in_flight_full(&self) -> bool {
-        self.in_flight.len() == IN_FLIGHT_MAX
+        self.in_flight.len() >= IN_FLIGHT_MAX
     }
 
-    /// Starts tracking a request; the caller checked `in_flight_full`.
+    /// Starts tracking a request; the caller checked `in_flight_full` (a purge's partitions
+    /// may go `PURGE_WINDOW` over it).
     pub fn track(&mut self, in_flight: InFlight) -> u64 {
-        assert!(!self.in_flight_full());
+        assert!(self.in_flight.len() < IN_FLIGHT_MAX + PURGE_WINDOW);
         let key = self.in_flight_next;
         self.in_flight_next += 1;
         self.in_flight.insert(key, in_flight);

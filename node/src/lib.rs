@@ -17,6 +17,7 @@ pub mod partitioning;
 pub mod reads;
 pub mod routing;
 pub mod shard;
+pub mod wire_view;
 
 pub use node::{Node, NodeConfig, NodeCounters, NodeEvent};
 pub use node_io::{ChannelFull, ConnectionId, MetadataView, NodeIo, ShardMessage};

@@ -44,19 +44,24 @@ use vireo_protocol::Status;
 use vireo_storage::layout::HEADER_SIZE;
 
 use crate::admission::{
-    admit_offset, admit_poll, admit_send, verify_login, Admitted, PollAdmission, STATUS_INVALID_COMMAND,
-    STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
+    admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted, OffsetAction,
+    PollAdmission, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS,
+    STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
 use crate::client_reply::{client_reply_body, node_reply};
-use crate::connection::{Connection, InFlight, Login, ReplyKind, Stage, RESEND_TICKS};
-use crate::metadata_plane::MetadataMachine;
+use crate::connection::{Connection, InFlight, Login, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
+use crate::metadata::{
+    hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
+};
+use crate::metadata_plane::{internal_body, purged_partitions, LoginProof, MetadataMachine};
 use crate::node_io::{ConnectionId, MetadataView, NodeIo, ShardMessage};
 use crate::partition::request::{
-    OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
+    PartitionRequest, OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
 };
 use crate::reads::{self, Reader};
 use crate::routing::shard_of;
 use crate::shard::{MetadataPlane, Shard, ShardConfig, ShardEvent};
+use crate::wire_view;
 
 /// Events a node buffers for its driver; past it the oldest go (drivers poll after every input).
 pub const EVENTS_MAX: usize = 16_384;
@@ -66,6 +71,12 @@ pub const OPERATION_NON_REPLICATED: u8 = 2;
 pub const OPERATION_LOGOUT: u8 = 3;
 pub const OPERATION_METADATA_FIRST: u8 = 128;
 pub const OPERATION_METADATA_LAST: u8 = 149;
+pub const OPERATION_PURGE_STREAM: u8 = 131;
+pub const OPERATION_PURGE_TOPIC: u8 = 135;
+pub const OPERATION_DELETE_SEGMENTS: u8 = 138;
+pub const OPERATION_CREATE_USER: u8 = 141;
+pub const OPERATION_CHANGE_PASSWORD: u8 = 144;
+pub const OPERATION_CREATE_PERSONAL_ACCESS_TOKEN: u8 = 146;
 
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -75,6 +86,8 @@ pub struct NodeConfig {
     /// What get_cluster_metadata reports.
     pub cluster_name: String,
     pub roster: Vec<wire::ClusterNode>,
+    /// How expensive the password hashes this node makes are (`Test` only in the simulator).
+    pub password_cost: PasswordCost,
 }
 
 /// What a node did, for the driver's log and the simulator's trace and checkers.
@@ -478,11 +491,21 @@ impl Node {
         if header.session != 0 || header.request != 0 {
             return Err(STATUS_INVALID_COMMAND);
         }
-        let Ok(ClientRequest::LoginRegister(login)) = ClientRequest::decode(wire::command::LOGIN_REGISTER, body) else {
-            return Err(STATUS_INVALID_COMMAND);
-        };
+        // Both logins come as a Register with no command code: the body's shape tells them apart.
+        let login = wire::decode_login(body).map_err(|_| STATUS_INVALID_COMMAND)?;
         let metadata = self.metadata()?;
-        let user_id = verify_login(&metadata, &login, self.bug())?;
+        let (user_id, proof) = match &login {
+            wire::Login::Password(login) => {
+                let user_id = verify_login(&metadata, login, self.bug())?;
+                let password_hash = metadata.user(user_id).expect("verified").password_hash.clone();
+                (user_id, LoginProof::Password { user_id, password_hash })
+            }
+            wire::Login::Token(login) => {
+                let user_id = verify_token(&metadata, login, io.now())?;
+                let token = String::from_utf8_lossy(login.token.as_bytes()).into_owned();
+                (user_id, LoginProof::Token { user_id, token_hash: token_hash(&token) })
+            }
+        };
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         if conn.in_flight_full() {
             return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
@@ -509,7 +532,8 @@ impl Node {
         register.group = group_of(Namespace::METADATA);
         register.origin = Some(conn.origin);
         register.parent = header.parent;
-        // The password has been checked: it goes no further than this shard.
+        // The password has been checked: it goes no further than this shard. What goes on is
+        // which credential was checked, for the metadata group to check again as it applies.
         let in_flight = InFlight {
             client_request: 0,
             operation: OPERATION_REGISTER,
@@ -517,7 +541,7 @@ impl Node {
             kind: ReplyKind::Login { user_id },
             stage: Stage::Register,
             header: register,
-            body: Vec::new(),
+            body: proof.encode(),
             sent_tick: self.tick,
         };
         let key = conn.track(in_flight);
@@ -571,6 +595,11 @@ impl Node {
                     }
                 }
             }
+            ClientRequest::GetConsumerOffset(key) => {
+                let cursor = self.bump_cursor(connection);
+                let admitted = admit_offset(&metadata, user_id, client, key, OffsetAction::Get, cursor)?;
+                self.submit(io, connection, &header, admitted)
+            }
             ClientRequest::GetClusterMetadata => {
                 let cluster =
                     wire::ClusterMetadata { name: self.config.cluster_name.clone(), nodes: self.config.roster.clone() };
@@ -578,11 +607,34 @@ impl Node {
                 Ok(())
             }
             _ => {
-                let body = reads::answer(&metadata, Reader { user_id, client, connection }, &request)?;
+                let clients = self.client_summaries(&metadata);
+                let metadata_op = self.view.as_ref().map_or(0, |view| view.op);
+                let reader = Reader { user_id, client, connection, clients: &clients, metadata_op };
+                let body = reads::answer(&metadata, &reader, &request)?;
                 self.answer_here(io, connection, &header, body);
                 Ok(())
             }
         }
+    }
+
+    /// This shard's connections as get_clients shows them.
+    fn client_summaries(&self, metadata: &crate::metadata::Metadata) -> Vec<wire::ClientSummary> {
+        self.connections
+            .values()
+            .map(|conn| {
+                let (user_id, groups_count) = match conn.logged_in() {
+                    Some((client, user_id, _)) => (user_id, metadata.groups_of_client(client).len() as u32),
+                    None => (u32::MAX, 0),
+                };
+                wire::ClientSummary {
+                    client_id: conn.id as u32,
+                    user_id,
+                    transport: 1,
+                    address: String::new(),
+                    groups_count,
+                }
+            })
+            .collect()
     }
 
     fn bump_cursor(&mut self, connection: ConnectionId) -> u64 {
@@ -609,6 +661,8 @@ impl Node {
         if conn.in_flight_full() {
             return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
         }
+        let (kind, body) = self.metadata_body(io, user_id, &header, body)?;
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         let mut request = header;
         request.user_id = user_id;
         request.group = group_of(Namespace::METADATA);
@@ -617,7 +671,7 @@ impl Node {
             client_request: header.request,
             operation: header.operation,
             group: Namespace::METADATA,
-            kind: ReplyKind::Metadata,
+            kind,
             stage: Stage::Sent { request: header.request },
             header: request,
             body,
@@ -633,6 +687,98 @@ impl Node {
         });
         self.send_in_flight(io, connection, key);
         Ok(())
+    }
+
+    /// What a metadata command's body becomes before it is replicated, and how its reply goes
+    /// back: a password is checked or hashed here and a token drawn here, so no secret reaches
+    /// the log (`metadata_plane::internal_body`).
+    fn metadata_body(
+        &mut self,
+        io: &mut impl NodeIo,
+        user_id: u32,
+        header: &Header,
+        body: Vec<u8>,
+    ) -> Result<(ReplyKind, Vec<u8>), u32> {
+        let decode = |code: u32| ClientRequest::decode(code, &body).map_err(|_| STATUS_INVALID_COMMAND);
+        let mut salt = || {
+            let mut salt = [0u8; SALT_SIZE_BYTES];
+            salt[..8].copy_from_slice(&io.random().to_le_bytes());
+            salt[8..].copy_from_slice(&io.random().to_le_bytes());
+            salt
+        };
+        let password = |bytes: &wire::ShortBytes| -> Result<String, u32> {
+            String::from_utf8(bytes.as_bytes().to_vec()).map_err(|_| STATUS_INVALID_COMMAND)
+        };
+        let cost = self.config.password_cost;
+        match header.operation {
+            OPERATION_CREATE_USER => {
+                let ClientRequest::CreateUser { username, password: secret, status, permissions, .. } =
+                    decode(wire::command::CREATE_USER)?
+                else {
+                    return Err(STATUS_INVALID_COMMAND);
+                };
+                let status = match status {
+                    1 => UserStatus::Active,
+                    2 => UserStatus::Inactive,
+                    _ => return Err(STATUS_INVALID_COMMAND),
+                };
+                let command = MetadataCommand::CreateUser {
+                    username: username.as_str().to_owned(),
+                    password_hash: hash_password(&password(&secret)?, salt(), cost),
+                    status,
+                    permissions: wire_view::permissions_from_wire(permissions.as_ref()),
+                };
+                Ok((ReplyKind::Metadata, internal_body(&command)))
+            }
+            OPERATION_CHANGE_PASSWORD => {
+                let ClientRequest::ChangePassword { user, current_password, new_password } =
+                    decode(wire::command::CHANGE_PASSWORD)?
+                else {
+                    return Err(STATUS_INVALID_COMMAND);
+                };
+                let metadata = self.metadata()?;
+                let target = metadata.resolve_user(&identifier(&user)).map_err(|error| error.code())?;
+                // The current password must be known, whoever changes it (the reference's rule).
+                if !verify_password(&target.password_hash, &password(&current_password)?) {
+                    return Err(STATUS_INVALID_CREDENTIALS);
+                }
+                let command = MetadataCommand::ChangePassword {
+                    user: identifier(&user),
+                    password_hash: hash_password(&password(&new_password)?, salt(), cost),
+                };
+                Ok((ReplyKind::Metadata, internal_body(&command)))
+            }
+            OPERATION_CREATE_PERSONAL_ACCESS_TOKEN => {
+                let ClientRequest::CreatePersonalAccessToken { name, expiry } =
+                    decode(wire::command::CREATE_PERSONAL_ACCESS_TOKEN)?
+                else {
+                    return Err(STATUS_INVALID_COMMAND);
+                };
+                // 50 characters of seeded randomness, shown once and stored only as a hash.
+                let token: String = (0..50)
+                    .map(|_| {
+                        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+                        ALPHABET[(io.random() % ALPHABET.len() as u64) as usize] as char
+                    })
+                    .collect();
+                let command = MetadataCommand::CreatePersonalAccessToken {
+                    name: name.as_str().to_owned(),
+                    token_hash: token_hash(&token),
+                    // Microseconds on the wire (0 and u64::MAX: never), nanoseconds in the metadata.
+                    expiry: (expiry != 0 && expiry != u64::MAX).then(|| expiry.saturating_mul(1_000)),
+                };
+                Ok((ReplyKind::CreatedToken { token }, internal_body(&command)))
+            }
+            OPERATION_PURGE_STREAM | OPERATION_PURGE_TOPIC => {
+                Ok((ReplyKind::Purge { waiting: VecDeque::new(), outstanding: 0, reply: Vec::new() }, body))
+            }
+            // Segments are the partition log's, which a partition group does not keep yet.
+            OPERATION_DELETE_SEGMENTS => Err(STATUS_FEATURE_UNAVAILABLE),
+            _ => {
+                let _ = user_id;
+                Ok((ReplyKind::Metadata, body))
+            }
+        }
     }
 
     /// Frames over a group's prepare limit would be dropped by its replica: refused here.
@@ -670,15 +816,15 @@ impl Node {
                 else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
-                admit_offset(&metadata, user_id, client, &key, Some(offset), cursor)?
+                admit_offset(&metadata, user_id, client, &key, OffsetAction::Store(offset), cursor)?
             }
             _ => {
-                let Ok(ClientRequest::DeleteConsumerOffset(key)) =
+                let Ok(ClientRequest::DeleteConsumerOffset { key, .. }) =
                     ClientRequest::decode(wire::command::DELETE_CONSUMER_OFFSET, body)
                 else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
-                admit_offset(&metadata, user_id, client, &key, None, cursor)?
+                admit_offset(&metadata, user_id, client, &key, OffsetAction::Delete, cursor)?
             }
         };
         self.submit(io, connection, &header, admitted)
@@ -693,10 +839,24 @@ impl Node {
         header: &Header,
         admitted: Admitted,
     ) -> Result<(), u32> {
+        self.submit_as(io, connection, header.request, header.operation, admitted, false)
+    }
+
+    /// `child`: a part of a request already admitted (a purge's partition), which may go over
+    /// the connection's bound by the purge's window.
+    fn submit_as(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        client_request: u64,
+        client_operation: u8,
+        admitted: Admitted,
+        child: bool,
+    ) -> Result<(), u32> {
         let (client, user_id, _) = self.logged_in(connection)?;
         let tick = self.tick;
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
-        if conn.in_flight_full() {
+        if conn.in_flight_full() && !child {
             return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
         }
         let group = admitted.group;
@@ -719,8 +879,8 @@ impl Node {
             Stage::Sent { request: number }
         };
         let in_flight = InFlight {
-            client_request: header.request,
-            operation: header.operation,
+            client_request,
+            operation: client_operation,
             group,
             kind: admitted.kind,
             stage,
@@ -732,8 +892,8 @@ impl Node {
         let shard = shard_of(group, self.config.shard.shards);
         self.event(NodeEvent::Admitted {
             connection,
-            request: header.request,
-            operation: header.operation,
+            request: client_request,
+            operation: client_operation,
             group,
             shard,
         });
@@ -767,18 +927,31 @@ impl Node {
                 Message::new(register, Vec::new()).encode()
             }
             Stage::Sent { .. } | Stage::Register => Message::new(in_flight.header, in_flight.body.clone()).encode(),
+            // Its group answered; what it waits for are other requests in flight.
+            Stage::Fanning => return,
         };
         let header = Header::decode(&frame).expect("a frame of our own");
         self.route_to_group(io, &header, frame);
     }
 
+    /// Sends again what waited `RESEND_TICKS` for its reply. A request whose partition the
+    /// committed metadata no longer holds is answered `PartitionNotFound` instead: no group will
+    /// ever answer it.
     fn resend_in_flight(&mut self, io: &mut impl NodeIo) {
         let tick = self.tick;
+        let partitions = self.view.as_ref().map(|view| view.partitions.clone());
         let mut due = Vec::new();
+        let mut gone = Vec::new();
         for (connection, conn) in &self.connections {
             let mut opening = std::collections::BTreeSet::new();
             for (key, in_flight) in &conn.in_flight {
-                if in_flight.sent_tick + RESEND_TICKS > tick {
+                if in_flight.sent_tick + RESEND_TICKS > tick || in_flight.stage == Stage::Fanning {
+                    continue;
+                }
+                if !in_flight.group.is_metadata()
+                    && partitions.as_ref().is_some_and(|partitions| !partitions.contains(&in_flight.group))
+                {
+                    gone.push((*connection, *key));
                     continue;
                 }
                 // One register per group is enough.
@@ -786,6 +959,14 @@ impl Node {
                     continue;
                 }
                 due.push((*connection, *key));
+            }
+        }
+        for (connection, key) in gone {
+            let conn = self.connections.get_mut(&connection).expect("listed");
+            let in_flight = conn.in_flight.remove(&key).expect("listed");
+            match in_flight.kind {
+                ReplyKind::PurgePartition { parent } => self.on_purge_partition_done(io, connection, parent),
+                _ => self.answer_in_flight(io, connection, &in_flight, None, STATUS_PARTITION_NOT_FOUND, Vec::new()),
             }
         }
         for (connection, key) in due {
@@ -846,6 +1027,27 @@ impl Node {
             self.counters.replies_unmatched += 1;
             return;
         };
+        if header.status != 0 {
+            // Refused as it applied (a login whose credential went meanwhile): no session.
+            let in_flight = conn.in_flight.remove(&key).expect("found");
+            let refused: Vec<u64> = conn
+                .in_flight
+                .iter()
+                .filter(|(_, waiting)| waiting.group == group && waiting.stage == Stage::OpeningSession)
+                .map(|(key, _)| *key)
+                .collect();
+            if matches!(in_flight.kind, ReplyKind::Login { .. }) {
+                conn.login = Login::Anonymous;
+                self.clients.remove(&header.client);
+            }
+            self.answer_in_flight(io, connection, &in_flight, Some(&header), header.status, Vec::new());
+            for key in refused {
+                let conn = self.connections.get_mut(&connection).expect("still here");
+                let waiting = conn.in_flight.remove(&key).expect("listed");
+                self.answer_in_flight(io, connection, &waiting, Some(&header), header.status, Vec::new());
+            }
+            return;
+        }
         if conn.in_flight[&key].stage == Stage::OpeningSession {
             let tick = self.tick;
             conn.open_session(group, header.session, header.request, tick);
@@ -868,29 +1070,57 @@ impl Node {
             }
             return;
         }
-        let in_flight = conn.in_flight.remove(&key).expect("found");
-        let session = match (&in_flight.kind, conn.login) {
-            (ReplyKind::Login { user_id }, _) => {
-                conn.login = Login::LoggedIn { client: header.client, user_id: *user_id, session: header.session };
-                header.session
+        match conn.in_flight[&key].kind {
+            ReplyKind::Purge { .. } => {
+                self.on_purge_committed(io, connection, key, &header, &message.body);
+                return;
             }
-            (_, Login::LoggedIn { session, .. }) => session,
+            ReplyKind::PurgePartition { parent } => {
+                conn.in_flight.remove(&key);
+                self.on_purge_partition_done(io, connection, parent);
+                return;
+            }
+            _ => {}
+        }
+        let in_flight = conn.in_flight.remove(&key).expect("found");
+        if let ReplyKind::Login { user_id } = in_flight.kind {
+            conn.login = Login::LoggedIn { client: header.client, user_id, session: header.session };
+        }
+        let session = match conn.login {
+            Login::LoggedIn { session, .. } => session,
             _ => 0,
         };
         let (status, body) = match client_reply_body(&in_flight.kind, session, &message.body) {
             Ok(body) => (0, body),
             Err(status) => (status, Vec::new()),
         };
+        self.answer_in_flight(io, connection, &in_flight, Some(&header), status, body);
+    }
+
+    /// Sends the client its reply to `in_flight` (`group_reply`: the group's reply header, whose
+    /// op, commit and timestamp it carries, if a group answered).
+    fn answer_in_flight(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        in_flight: &InFlight,
+        group_reply: Option<&Header>,
+        status: u32,
+        body: Vec<u8>,
+    ) {
+        let conn = &self.connections[&connection];
         let mut reply = Header::new(Command::Reply, self.config.shard.metadata.cluster, self.node_index());
-        reply.client = header.client;
-        reply.view = header.view;
-        reply.parent = header.parent;
-        reply.op = header.op;
-        reply.commit = header.commit;
-        reply.timestamp = header.timestamp;
+        reply.client = in_flight.header.client;
+        if let Some(group_reply) = group_reply {
+            reply.view = group_reply.view;
+            reply.parent = group_reply.parent;
+            reply.op = group_reply.op;
+            reply.commit = group_reply.commit;
+            reply.timestamp = group_reply.timestamp;
+        }
         reply.request = in_flight.client_request;
         reply.operation = in_flight.operation;
-        reply.session = session;
+        reply.session = conn.logged_in().map_or(0, |(_, _, session)| session);
         reply.status = status;
         io.send_to_connection(connection, Message::new(reply, body).encode());
         self.event(NodeEvent::Answered {
@@ -899,6 +1129,83 @@ impl Node {
             operation: in_flight.operation,
             status,
         });
+    }
+
+    /// The metadata group committed a purge: its partitions are emptied next, then the client
+    /// hears the metadata group's answer.
+    fn on_purge_committed(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        key: u64,
+        header: &Header,
+        body: &[u8],
+    ) {
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        let mut in_flight = conn.in_flight.remove(&key).expect("found");
+        let decoded = wire::ResultSection::decode_prefix(body).ok();
+        let partitions = decoded.as_ref().and_then(
+            |(section, payload)| {
+                if section.is_ok() {
+                    purged_partitions(payload)
+                } else {
+                    None
+                }
+            },
+        );
+        let Some(partitions) = partitions else {
+            // Refused (its result section says why) or not a purge's reply: answered as it is.
+            let section = decoded.map(|(section, _)| section.encode());
+            let (status, body) = section.map_or((STATUS_INVALID_COMMAND, Vec::new()), |section| (0, section));
+            self.answer_in_flight(io, connection, &in_flight, Some(header), status, body);
+            return;
+        };
+        in_flight.kind =
+            ReplyKind::Purge { waiting: partitions.into(), outstanding: 0, reply: wire::ResultSection::ok().encode() };
+        in_flight.stage = Stage::Fanning;
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        conn.in_flight.insert(key, in_flight);
+        self.pump_purge(io, connection, key);
+    }
+
+    fn on_purge_partition_done(&mut self, io: &mut impl NodeIo, connection: ConnectionId, parent: u64) {
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        if let Some(InFlight { kind: ReplyKind::Purge { outstanding, .. }, .. }) = conn.in_flight.get_mut(&parent) {
+            *outstanding -= 1;
+        }
+        self.pump_purge(io, connection, parent);
+    }
+
+    /// Empties the next partitions of a purge, `PURGE_WINDOW` at a time; once none is left and
+    /// none is out, answers the client.
+    fn pump_purge(&mut self, io: &mut impl NodeIo, connection: ConnectionId, key: u64) {
+        loop {
+            let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+            let Some(parent) = conn.in_flight.get_mut(&key) else { return };
+            let (client_request, operation) = (parent.client_request, parent.operation);
+            let ReplyKind::Purge { waiting, outstanding, reply } = &mut parent.kind else { return };
+            if waiting.is_empty() && *outstanding == 0 {
+                let body = std::mem::take(reply);
+                let parent = conn.in_flight.remove(&key).expect("found");
+                self.answer_in_flight(io, connection, &parent, None, 0, body);
+                return;
+            }
+            if *outstanding >= PURGE_WINDOW || waiting.is_empty() {
+                return;
+            }
+            let group = waiting.pop_front().expect("not empty");
+            *outstanding += 1;
+            let (_, _, partition) = group.unpack();
+            let admitted = Admitted {
+                group,
+                request: PartitionRequest::Purge { partition },
+                kind: ReplyKind::PurgePartition { parent: key },
+            };
+            if self.submit_as(io, connection, client_request, operation, admitted, true).is_err() {
+                // The login went: nothing more to do for it.
+                return;
+            }
+        }
     }
 
     /// A group no longer holds the client's session (evicted, or the id is another user's):

@@ -5,71 +5,65 @@
 use vireo_protocol::wire::{self, ClientRequest, Name};
 
 use crate::admission::{identifier, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND};
-use crate::metadata::{Metadata, ReadKind, Stream, Topic};
+use crate::client_reply::{SERVER_PROTOCOL_VERSION, SERVER_VERSION};
+use crate::metadata::{Metadata, ReadKind};
+use crate::wire_view;
 
-/// Who asks: the user a connection is logged in as, its client id and its connection number.
-#[derive(Clone, Copy, Debug)]
-pub struct Reader {
+/// Who asks, and what of the node only the asking shard knows.
+#[derive(Clone, Debug)]
+pub struct Reader<'a> {
     pub user_id: u32,
     pub client: u128,
     pub connection: u64,
+    /// This shard's connections (id, user logged in on it, consumer groups it is in).
+    pub clients: &'a [wire::ClientSummary],
+    /// The metadata op the view was committed at: a consumer group's generation.
+    pub metadata_op: u64,
 }
 
 fn authorize(metadata: &Metadata, user_id: u32, kind: ReadKind) -> Result<(), u32> {
     metadata.authorize_read(user_id, kind).map_err(|error| error.code())
 }
 
-fn name(text: &str) -> Name {
-    Name::new(text).expect("names in the metadata are valid wire names")
-}
-
-fn wire_stream(stream: &Stream) -> wire::Stream {
-    wire::Stream {
-        id: stream.id,
-        created_at: stream.created_at / 1_000,
-        topics_count: stream.topics.len() as u32,
-        size: 0,
-        messages_count: 0,
-        name: name(&stream.name),
-        options: wire::Options::empty(),
-    }
-}
-
-fn wire_topic(topic: &Topic) -> wire::Topic {
-    wire::Topic {
-        id: topic.id,
-        created_at: topic.created_at / 1_000,
-        partitions_count: topic.partitions_count(),
-        message_expiry: topic.options.message_expiry,
-        compression: topic.options.compression as u8 + 1,
-        max_topic_size: topic.options.max_topic_size,
-        size: 0,
-        messages_count: 0,
-        name: name(&topic.name),
-        options: wire::Options::empty(),
-        derived_options: wire::Options::empty(),
-    }
-}
-
-fn wire_group(group: &crate::metadata::ConsumerGroup, partitions_count: u32) -> wire::ConsumerGroup {
-    wire::ConsumerGroup {
-        id: group.id,
-        partitions_count,
-        name: name(&group.name),
-        members: group
-            .members
-            .iter()
-            .enumerate()
-            .map(|(index, (_, partitions))| wire::ConsumerGroupMember {
-                id: index as u32,
-                partitions: partitions.clone(),
-            })
-            .collect(),
+/// The option keys each describe_options scope knows: (key, kind, default, description).
+fn option_descriptions(scope: u8) -> Result<Vec<wire::OptionDescription>, u32> {
+    let describe = |key: &str, kind: u8, default: Vec<u8>, description: &str| wire::OptionDescription {
+        key: Name::new(key).expect("a short key"),
+        kind,
+        default_value: default,
+        description: description.to_string(),
+    };
+    let u64_value = |value: u64| value.to_le_bytes().to_vec();
+    match scope {
+        // Topic.
+        1 => Ok(vec![
+            describe("compression_algorithm", 2, b"none".to_vec(), "none or gzip"),
+            describe("enforce_fsync", 3, vec![0], "acknowledge a send only once a quorum has synced it"),
+            describe(
+                "max_topic_size",
+                12,
+                u64_value(0),
+                "bytes the topic keeps before its oldest segments go; 0 is unlimited",
+            ),
+            describe("message_expiry", 12, u64_value(0), "microseconds a message lives; 0 keeps it forever"),
+            describe(
+                "messages_required_to_save",
+                11,
+                1024u32.to_le_bytes().to_vec(),
+                "messages buffered before a flush",
+            ),
+            describe("preallocate_segments", 3, vec![0], "allocate a segment's file whole when it opens"),
+            describe("segment_size", 12, u64_value(1 << 30), "bytes at which a segment is sealed"),
+            describe("size_of_messages_required_to_save", 12, u64_value(1 << 20), "bytes buffered before a flush"),
+        ]),
+        // Streams and users take no options.
+        2 | 3 => Ok(Vec::new()),
+        _ => Err(STATUS_INVALID_COMMAND),
     }
 }
 
 /// The body answering a read, or the status refusing it. `request` is a read's body decoded.
-pub fn answer(metadata: &Metadata, reader: Reader, request: &ClientRequest) -> Result<Vec<u8>, u32> {
+pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest) -> Result<Vec<u8>, u32> {
     let user_id = reader.user_id;
     match request {
         ClientRequest::Ping => Ok(Vec::new()),
@@ -88,64 +82,150 @@ pub fn answer(metadata: &Metadata, reader: Reader, request: &ClientRequest) -> R
             };
             Ok(me.encode())
         }
+        ClientRequest::GetClient { client_id } => {
+            authorize(metadata, user_id, ReadKind::Servers)?;
+            // An unknown client is an empty body (the SDK's None).
+            Ok(reader
+                .clients
+                .iter()
+                .find(|client| client.client_id == *client_id)
+                .map(|client| {
+                    wire::ClientInfo {
+                        client_id: client.client_id,
+                        user_id: client.user_id,
+                        transport: client.transport,
+                        address: client.address.clone(),
+                        groups: Vec::new(),
+                    }
+                    .encode()
+                })
+                .unwrap_or_default())
+        }
+        ClientRequest::GetClients => {
+            authorize(metadata, user_id, ReadKind::Servers)?;
+            Ok(wire::ClientSummary::encode_list(reader.clients))
+        }
+        ClientRequest::GetStats => {
+            authorize(metadata, user_id, ReadKind::Servers)?;
+            let (streams_count, topics_count, partitions_count, consumer_groups_count) = wire_view::counts(metadata);
+            let stats = wire::StatsReply {
+                process_id: 0,
+                cpu_usage: 0.0,
+                total_cpu_usage: 0.0,
+                memory_usage: 0,
+                total_memory: 0,
+                available_memory: 0,
+                run_time: 0,
+                start_time: 0,
+                read_bytes: 0,
+                written_bytes: 0,
+                messages_size_bytes: 0,
+                streams_count,
+                topics_count,
+                partitions_count,
+                segments_count: 0,
+                messages_count: 0,
+                clients_count: reader.clients.len() as u32,
+                consumer_groups_count,
+                hostname: String::new(),
+                os_name: String::new(),
+                os_version: String::new(),
+                kernel_version: String::new(),
+                iggy_server_version: SERVER_VERSION.to_string(),
+                iggy_server_semver: SERVER_PROTOCOL_VERSION,
+                cache_metrics: Vec::new(),
+                threads_count: 0,
+                free_disk_space: 0,
+                total_disk_space: 0,
+            };
+            Ok(stats.encode())
+        }
+        ClientRequest::DescribeOptions { scope } => {
+            Ok(wire::OptionDescription::encode_list(&option_descriptions(*scope)?))
+        }
+        ClientRequest::GetUsers => {
+            authorize(metadata, user_id, ReadKind::Users)?;
+            let users: Vec<wire::UserResponse> = metadata.users().map(wire_view::user).collect();
+            Ok(wire::UserResponse::encode_list(&users))
+        }
+        ClientRequest::GetUser { user } => {
+            let found = metadata.resolve_user(&identifier(user)).map_err(|error| error.code())?;
+            if found.id != user_id {
+                authorize(metadata, user_id, ReadKind::Users)?;
+            }
+            Ok(wire_view::user_details(found).encode())
+        }
+        ClientRequest::GetPersonalAccessTokens => {
+            let me = metadata.user(user_id).ok_or(40u32)?;
+            let tokens: Vec<wire::PersonalAccessTokenInfo> = me
+                .tokens
+                .values()
+                .map(|token| wire::PersonalAccessTokenInfo {
+                    name: Name::new(token.name.as_str()).expect("token names are valid wire names"),
+                    expiry_at: token.expires_at.map_or(0, |at| at / 1_000),
+                })
+                .collect();
+            Ok(wire::PersonalAccessTokenInfo::encode_list(&tokens))
+        }
         ClientRequest::GetStreams => {
             authorize(metadata, user_id, ReadKind::Streams)?;
-            let streams: Vec<wire::Stream> = metadata.streams().map(wire_stream).collect();
+            let streams: Vec<wire::Stream> = metadata.streams().map(wire_view::stream).collect();
             Ok(wire::Stream::encode_list(&streams))
         }
         ClientRequest::GetStream { stream } => {
             let stream = metadata.resolve_stream(&identifier(stream)).map_err(|error| error.code())?;
             authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
-            let details = wire::StreamDetails {
-                stream: wire_stream(stream),
-                topics: stream.topics.values().map(wire_topic).collect(),
-            };
-            Ok(details.encode())
+            Ok(wire_view::stream_details(stream).encode())
         }
         ClientRequest::GetTopics { stream } => {
             let stream = metadata.resolve_stream(&identifier(stream)).map_err(|error| error.code())?;
             authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
-            let topics: Vec<wire::Topic> = stream.topics.values().map(wire_topic).collect();
+            let topics: Vec<wire::Topic> = stream.topics.values().map(wire_view::topic).collect();
             Ok(wire::Topic::encode_list(&topics))
         }
         ClientRequest::GetTopic { stream, topic } => {
             let (stream, topic) =
                 metadata.resolve_topic(&identifier(stream), &identifier(topic)).map_err(|error| error.code())?;
             authorize(metadata, user_id, ReadKind::Topic { stream: stream.id, topic: topic.id })?;
-            let partitions = topic
-                .partitions
-                .iter()
-                .map(|partition| wire::Partition {
-                    id: partition.id,
-                    created_at: partition.created_at / 1_000,
-                    segments_count: 0,
-                    current_offset: 0,
-                    size: 0,
-                    messages_count: 0,
-                })
-                .collect();
-            Ok(wire::TopicDetails { topic: wire_topic(topic), partitions }.encode())
+            Ok(wire_view::topic_details(topic).encode())
         }
         ClientRequest::GetConsumerGroups { stream, topic } => {
             let (stream, topic) =
                 metadata.resolve_topic(&identifier(stream), &identifier(topic)).map_err(|error| error.code())?;
             authorize(metadata, user_id, ReadKind::ConsumerGroups { stream: stream.id, topic: topic.id })?;
-            let groups: Vec<wire::ConsumerGroup> =
-                topic.consumer_groups.values().map(|group| wire_group(group, topic.partitions_count())).collect();
-            Ok(wire::ConsumerGroup::encode_list(&groups))
+            let groups: Vec<wire::ConsumerGroupSummary> = topic
+                .consumer_groups
+                .values()
+                .map(|group| wire_view::consumer_group_summary(group, topic.partitions_count()))
+                .collect();
+            Ok(wire::ConsumerGroupSummary::encode_list(&groups))
         }
         ClientRequest::GetConsumerGroup { stream, topic, group } => {
             let (stream_id, topic_id, group) = metadata
                 .resolve_consumer_group(&identifier(stream), &identifier(topic), &identifier(group))
                 .map_err(|error| error.code())?;
             authorize(metadata, user_id, ReadKind::ConsumerGroups { stream: stream_id, topic: topic_id })?;
-            let partitions_count = metadata.topic(stream_id, topic_id).map_or(0, Topic::partitions_count);
-            Ok(wire_group(group, partitions_count).encode())
+            let partitions_count = metadata.topic(stream_id, topic_id).map_or(0, |topic| topic.partitions_count());
+            Ok(wire_view::consumer_group(group, partitions_count).encode())
         }
-        // Not served by this node yet: the reference answers these with their own data.
-        ClientRequest::GetStats | ClientRequest::GetClient { .. } | ClientRequest::GetConsumerOffset(_) => {
-            Err(STATUS_FEATURE_UNAVAILABLE)
+        ClientRequest::SyncConsumerGroup { stream, topic, group } => {
+            let (stream_id, topic_id, group) = metadata
+                .resolve_consumer_group(&identifier(stream), &identifier(topic), &identifier(group))
+                .map_err(|error| error.code())?;
+            authorize(metadata, user_id, ReadKind::Poll { stream: stream_id, topic: topic_id })?;
+            // Not a member: an empty body, which tells the SDK to join again.
+            Ok(group
+                .members
+                .get(&reader.client)
+                .map(|partitions| {
+                    wire::SyncConsumerGroupReply { generation: reader.metadata_op, partitions: partitions.clone() }
+                        .encode()
+                })
+                .unwrap_or_default())
         }
+        // The reference answers these two so.
+        ClientRequest::FlushUnsavedBuffer { .. } => Err(STATUS_FEATURE_UNAVAILABLE),
+        ClientRequest::GetSnapshotFile { .. } => Err(STATUS_INVALID_COMMAND),
         _ => Err(STATUS_INVALID_COMMAND),
     }
 }

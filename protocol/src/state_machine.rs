@@ -10,6 +10,14 @@ pub trait StateMachine: Sized {
     /// the user its session registered as (the node vouched for it at register time).
     fn apply(&mut self, op: u64, timestamp: u64, request: &Header, user_id: u32, body: &[u8]) -> Vec<u8>;
 
+    /// Whether a committed register (a login) may open its session, checked as it applies so
+    /// that a credential revoked before it commits is refused on every replica alike. `Err` is
+    /// the status the client is refused with; the session is not opened. Most state machines
+    /// take every register.
+    fn check_register(&self, _timestamp: u64, _request: &Header, _body: &[u8]) -> Result<(), u32> {
+        Ok(())
+    }
+
     /// A digest of the whole state, compared across replicas by the simulator.
     fn digest(&self) -> u64;
 

@@ -6,6 +6,7 @@
 //! latency and every fault. Same seed, same binary: the same run, byte for byte (the trace hash
 //! proves it).
 
+pub mod access;
 pub mod checker;
 pub mod client;
 pub mod cluster;

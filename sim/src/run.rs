@@ -193,7 +193,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
         let seconds = (cluster.tick * TICK_NS) as f64 / 1e9;
         report.streaming = Some(format!(
             "messages_acked={} bytes_acked={} messages_polled={} acked_per_sim_s={:.0} acked_bytes_per_sim_s={:.0} \
-             indeterminate={} channel_full_drops={} denials={} assignments_checked={}",
+             indeterminate={} channel_full_drops={} denials={} assignments_checked={} connections={} \
+             connections_refused={} logins={} sessions_opened={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -203,6 +204,10 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.channel_full_drops,
             counters.denials,
             counters.assignments_checked,
+            counters.connections,
+            counters.connections_refused,
+            counters.logins,
+            counters.sessions_opened,
         ));
     }
     report

@@ -7,10 +7,17 @@
 //! message's `offset_delta`, and every checksum), so the stored bytes say where they belong and
 //! prove they are whole.
 //!
-//! Checksums: a message's is xxh3-64 over frame[8..48], payload and headers; the batch's is xxh3-64
-//! over the header with its checksum field (bytes 40..48) left out, then each message's checksum in
-//! order. A batch whose header checksum holds but one of whose messages is damaged is caught by
-//! recomputing that message's checksum: `validate` does both.
+//! Checksums, the reference's (`iggy_binary_protocol::batch`, `calculate_batch_checksum`): a
+//! message's is xxh3-64 over frame[8..48], payload and headers; the batch's is one xxh3-64 over
+//! partition_id, base_offset, base_timestamp, origin_timestamp, batch_length (u64 LE each) and
+//! message_count (u32 LE), that is header bytes 0..40 and 48..52, then each message's 8-byte
+//! checksum in order. The batch checksum binds the message bodies only through their checksums,
+//! so a batch whose header checksum holds but one of whose messages is damaged is caught by
+//! recomputing that message's checksum: `validate` does both. Header bytes 52..256 are not
+//! hashed; `BatchHeader::decode` requires them zero instead.
+//!
+//! A frame's reserved bytes 40..48 are zero: every reader refuses a frame that says otherwise
+//! (the SDK's decoders do too, so such a frame stored once would break every poll of it).
 
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
@@ -96,6 +103,8 @@ pub enum BatchError {
     Header(&'static str),
     #[error("message {0}: its frame does not fit in the batch")]
     Frame(u32),
+    #[error("message {0}: reserved bytes 40..48 of its frame are not zero")]
+    FrameReserved(u32),
     #[error("message {0}: checksum mismatch")]
     MessageChecksum(u32),
     #[error("batch checksum mismatch")]
@@ -117,7 +126,7 @@ pub struct Message<'a> {
 }
 
 /// Where each message of a batch lies: (frame start, total length), in order. Checks every frame
-/// fits and that the messages fill the batch exactly.
+/// fits, has its reserved bytes zero, and that the messages fill the batch exactly.
 fn message_spans(bytes: &[u8], header: &BatchHeader) -> Result<Vec<(usize, usize)>, BatchError> {
     let end = header.batch_length as usize;
     if bytes.len() < end {
@@ -130,6 +139,9 @@ fn message_spans(bytes: &[u8], header: &BatchHeader) -> Result<Vec<(usize, usize
             return Err(BatchError::Frame(index));
         }
         let frame = &bytes[at..at + MESSAGE_FRAME_SIZE];
+        if frame[40..48].iter().any(|&b| b != 0) {
+            return Err(BatchError::FrameReserved(index));
+        }
         let headers_len = u32::from_le_bytes(frame[32..36].try_into().unwrap()) as usize;
         let payload_len = u32::from_le_bytes(frame[36..40].try_into().unwrap()) as usize;
         let len = MESSAGE_FRAME_SIZE + payload_len + headers_len;
@@ -149,10 +161,12 @@ fn message_checksum(message: &[u8]) -> u64 {
     xxh3_64(&message[8..])
 }
 
+/// The reference's batch checksum: header fields 0..40 (five u64s) and 48..52 (message_count),
+/// then the messages' checksums.
 fn batch_checksum(header_bytes: &[u8], message_checksums: impl Iterator<Item = u64>) -> u64 {
     let mut hasher = Xxh3::new();
     hasher.update(&header_bytes[0..40]);
-    hasher.update(&header_bytes[48..BATCH_HEADER_SIZE]);
+    hasher.update(&header_bytes[48..52]);
     for checksum in message_checksums {
         hasher.update(&checksum.to_le_bytes());
     }
@@ -384,6 +398,39 @@ mod tests {
         assert_eq!(u32::from_le_bytes(frame[36..40].try_into().unwrap()), 5);
         assert_eq!(u64::from_le_bytes(frame[0..8].try_into().unwrap()), xxh3_64(&bytes[264..]));
         assert_eq!(&bytes[304..], b"helloh");
+    }
+
+    #[test]
+    fn the_batch_checksum_is_the_references() {
+        let mut bytes = BatchBuilder::new().message(5, b"hello", b"h").message(6, b"", b"").finish(9);
+        let header = stamp(&mut bytes, 3, 100, 1_000).unwrap().header;
+        // partition_id, base_offset, base_timestamp, origin_timestamp, batch_length as u64 LE,
+        // message_count as u32 LE, then each message's checksum: nothing of bytes 52..256.
+        let mut hashed = Vec::new();
+        for field in [3u64, 100, 1_000, 9, header.batch_length] {
+            hashed.extend_from_slice(&field.to_le_bytes());
+        }
+        hashed.extend_from_slice(&2u32.to_le_bytes());
+        let second = BATCH_HEADER_SIZE + MESSAGE_FRAME_SIZE + 6;
+        hashed.extend_from_slice(&bytes[BATCH_HEADER_SIZE..BATCH_HEADER_SIZE + 8]);
+        hashed.extend_from_slice(&bytes[second..second + 8]);
+        assert_eq!(header.batch_checksum, xxh3_64(&hashed));
+        assert_eq!(u64::from_le_bytes(bytes[40..48].try_into().unwrap()), header.batch_checksum);
+    }
+
+    #[test]
+    fn a_frame_with_reserved_bytes_set_is_refused() {
+        let reserved = BATCH_HEADER_SIZE + 40;
+        let mut client = BatchBuilder::new().message(1, b"a", b"").finish(0);
+        client[reserved + 7] = 1;
+        assert_eq!(check_client_batch(&client), Err(BatchError::FrameReserved(0)));
+        assert_eq!(stamp(&mut client, 1, 0, 0), Err(BatchError::FrameReserved(0)));
+
+        let mut stamped = BatchBuilder::new().message(1, b"a", b"").message(2, b"b", b"").finish(0);
+        stamp(&mut stamped, 1, 0, 0).unwrap();
+        let second = BATCH_HEADER_SIZE + MESSAGE_FRAME_SIZE + 1;
+        stamped[second + 40] = 1;
+        assert_eq!(validate(&stamped), Err(BatchError::FrameReserved(1)));
     }
 
     proptest! {

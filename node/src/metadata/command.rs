@@ -58,12 +58,23 @@ pub enum MetadataCommand {
     DeletePersonalAccessToken { name: String },
     /// Needs manage_streams.
     CreateStream { name: String },
+    /// Renames a stream. Needs manage_stream on it.
+    UpdateStream { stream: Identifier, name: String },
+    /// Deletes every message of the stream's topics (the partitions' logs, not the partitions).
+    /// Needs manage_stream on it.
+    PurgeStream { stream: Identifier },
     /// Needs manage_stream on it.
     DeleteStream { stream: Identifier },
     /// Needs manage_topics on the stream.
     CreateTopic { stream: Identifier, name: String, partitions_count: u32, options: TopicOptions },
     /// Needs manage_topic on it.
     DeleteTopic { stream: Identifier, topic: Identifier },
+    /// Renames a topic and sets the options that may change after creation. Needs manage_topic.
+    UpdateTopic { stream: Identifier, topic: Identifier, name: String, update: TopicUpdate },
+    /// Deletes every message of the topic. Needs manage_topic.
+    PurgeTopic { stream: Identifier, topic: Identifier },
+    /// Deletes the `count` oldest segments of one partition. Needs manage_topic.
+    DeleteSegments { stream: Identifier, topic: Identifier, partition: u32, count: u32 },
     /// Appends `count` partitions after the highest. Needs manage_topic.
     CreatePartitions { stream: Identifier, topic: Identifier, count: u32 },
     /// Removes the `count` highest partitions. Needs manage_topic.
@@ -77,6 +88,14 @@ pub enum MetadataCommand {
     JoinConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier, member: u128 },
     /// Needs poll_messages on the topic.
     LeaveConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier, member: u128 },
+}
+
+/// The options update_topic may change (the reference's: compression, expiry, size).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicUpdate {
+    pub compression: Option<super::streams::Compression>,
+    pub message_expiry: Option<u64>,
+    pub max_topic_size: Option<u64>,
 }
 
 /// What a successful command did, with the ids it created or resolved, so the node can act on
@@ -107,6 +126,29 @@ pub enum MetadataResult {
     },
     StreamCreated {
         stream: u32,
+    },
+    StreamUpdated {
+        stream: u32,
+    },
+    /// The topics whose messages go, each with its partition count.
+    StreamPurged {
+        stream: u32,
+        topics: Vec<(u32, u32)>,
+    },
+    TopicUpdated {
+        stream: u32,
+        topic: u32,
+    },
+    TopicPurged {
+        stream: u32,
+        topic: u32,
+        partitions_count: u32,
+    },
+    SegmentsDeleted {
+        stream: u32,
+        topic: u32,
+        partition: u32,
+        count: u32,
     },
     /// The topics the stream held, each with its partition count: their files go too.
     StreamDeleted {

@@ -1,14 +1,15 @@
 //! Every way a metadata command or read can be denied, each with a stable status code.
 //!
-//! Codes follow Apache Iggy's `IggyError` numbering where Iggy has the same denial (the SDK maps
-//! them back to its own errors). Where Iggy has no code, Vireo uses its own, at the Iggy family
-//! plus 100 (1100 streams, 2100 topics, 3100 partitions, 5100 consumer groups) so they cannot be
-//! mistaken for an Iggy code of that family:
+//! Codes follow Apache Iggy's `IggyError` numbering, as the reference server sends them (the SDK
+//! maps them back to its own errors; a code it does not know becomes a generic error). A lookup
+//! by name that finds nothing gets the same code as one by id, as the reference does. Where Iggy
+//! has no denial of its own, the nearest one is used (`InvalidOptionValue` 4042 for a topic
+//! option out of range, `TooManyTopics`-style limits for Vireo's limits):
 //!
 //! | code | variant | Iggy name |
 //! |---|---|---|
 //! | 6 | InvalidIdentifier | InvalidIdentifier |
-//! | 20 | UserNotFound | ResourceNotFound |
+//! | 20 | UserNotFound, TokenNotFound | ResourceNotFound |
 //! | 40 | Unauthenticated | Unauthenticated |
 //! | 41 | PermissionDenied | Unauthorized |
 //! | 43 | InvalidUsername | InvalidUsername |
@@ -20,30 +21,28 @@
 //! | 50 | InvalidTokenName | InvalidPersonalAccessTokenName |
 //! | 51 | TokenAlreadyExists | PersonalAccessTokenAlreadyExists |
 //! | 52 | LimitReached(TokensPerUser) | PersonalAccessTokensLimitReached |
-//! | 53 | TokenNotFound | InvalidPersonalAccessToken |
 //! | 54 | TokenExpired | PersonalAccessTokenExpired |
 //! | 55 | LimitReached(Users) | UsersLimitReached |
-//! | 1009 / 1010 | StreamNotFound (by id / by name) | StreamIdNotFound / StreamNameNotFound |
+//! | 1009 | StreamNotFound | StreamIdNotFound |
 //! | 1012 | StreamAlreadyExists | StreamNameAlreadyExists |
 //! | 1013 | InvalidStreamName | InvalidStreamName |
 //! | 1019 | InvalidOption(MaxTopicSize) | InvalidTopicSize |
-//! | 1100 | LimitReached(Streams) | (Vireo) |
-//! | 2010 / 2011 | TopicNotFound (by id / by name) | TopicIdNotFound / TopicNameNotFound |
+//! | 1020 | LimitReached(Streams) | TooManyStreams |
+//! | 2010 | TopicNotFound | TopicIdNotFound |
 //! | 2013 | TopicAlreadyExists | TopicNameAlreadyExists |
 //! | 2014 | InvalidTopicName | InvalidTopicName |
 //! | 2015 | LimitReached(PartitionsPerTopic) | TooManyPartitions |
 //! | 2018 | InvalidOption(ReplicationFactor) | InvalidReplicationFactor |
-//! | 2100 | LimitReached(TopicsPerStream) | (Vireo) |
-//! | 2101 | InvalidOption(MessagesRequiredToSave) | (Vireo) |
-//! | 2102 | InvalidOption(SizeOfMessagesRequiredToSave) | (Vireo) |
-//! | 3100 | InvalidPartitionsCount | (Vireo) |
+//! | 2019 | InvalidPartitionsCount | InvalidPartitionsCount |
+//! | 3007 | PartitionNotFound | PartitionNotFound |
+//! | 2021 | LimitReached(TopicsPerStream) | TooManyTopics |
+//! | 4042 | InvalidOption(MessagesRequiredToSave, SizeOfMessagesRequiredToSave) | InvalidOptionValue |
 //! | 4002 | InvalidOption(SegmentSize) | InvalidSegmentSize |
-//! | 5000 / 5003 | ConsumerGroupNotFound (by id / by name) | ConsumerGroupIdNotFound / ConsumerGroupNameNotFound |
+//! | 5000 | ConsumerGroupNotFound | ConsumerGroupIdNotFound |
 //! | 5004 | ConsumerGroupAlreadyExists | ConsumerGroupNameAlreadyExists |
 //! | 5005 | InvalidConsumerGroupName | InvalidConsumerGroupName |
 //! | 5006 | ConsumerGroupMemberNotFound | ConsumerGroupMemberNotFound |
-//! | 5100 | LimitReached(ConsumerGroupsPerTopic) | (Vireo) |
-//! | 5101 | LimitReached(MembersPerGroup) | (Vireo) |
+//! | 3009 | LimitReached(ConsumerGroupsPerTopic, MembersPerGroup) | TopicFull |
 
 use serde::{Deserialize, Serialize};
 
@@ -110,6 +109,8 @@ pub enum MetadataError {
     InvalidTopicName,
     #[error("topic option {0:?} has a value the topic cannot work with")]
     InvalidOption(TopicOption),
+    #[error("topic {topic} of stream {stream} has no partition {partition}")]
+    PartitionNotFound { stream: u32, topic: u32, partition: u32 },
     #[error("cannot create or delete {count} partitions of a topic that has {existing}")]
     InvalidPartitionsCount { count: u32, existing: u32 },
     #[error("consumer group with {group} in topic {topic} of stream {stream} was not found")]
@@ -140,37 +141,34 @@ impl MetadataError {
             MetadataError::CannotChangeRoot => 49,
             MetadataError::InvalidTokenName => 50,
             MetadataError::TokenAlreadyExists { .. } => 51,
-            MetadataError::TokenNotFound => 53,
+            MetadataError::TokenNotFound => 20,
             MetadataError::TokenExpired { .. } => 54,
-            MetadataError::StreamNotFound(Identifier::Numeric(_)) => 1009,
-            MetadataError::StreamNotFound(Identifier::Name(_)) => 1010,
+            MetadataError::StreamNotFound(_) => 1009,
             MetadataError::StreamAlreadyExists(_) => 1012,
             MetadataError::InvalidStreamName => 1013,
-            MetadataError::TopicNotFound { topic: Identifier::Numeric(_), .. } => 2010,
-            MetadataError::TopicNotFound { topic: Identifier::Name(_), .. } => 2011,
+            MetadataError::TopicNotFound { .. } => 2010,
             MetadataError::TopicAlreadyExists { .. } => 2013,
             MetadataError::InvalidTopicName => 2014,
             MetadataError::InvalidOption(option) => match option {
                 TopicOption::MaxTopicSize => 1019,
                 TopicOption::ReplicationFactor => 2018,
-                TopicOption::MessagesRequiredToSave => 2101,
-                TopicOption::SizeOfMessagesRequiredToSave => 2102,
+                TopicOption::MessagesRequiredToSave => 4042,
+                TopicOption::SizeOfMessagesRequiredToSave => 4042,
                 TopicOption::SegmentSize => 4002,
             },
-            MetadataError::InvalidPartitionsCount { .. } => 3100,
-            MetadataError::ConsumerGroupNotFound { group: Identifier::Numeric(_), .. } => 5000,
-            MetadataError::ConsumerGroupNotFound { group: Identifier::Name(_), .. } => 5003,
+            MetadataError::InvalidPartitionsCount { .. } => 2019,
+            MetadataError::PartitionNotFound { .. } => 3007,
+            MetadataError::ConsumerGroupNotFound { .. } => 5000,
             MetadataError::ConsumerGroupAlreadyExists { .. } => 5004,
             MetadataError::InvalidConsumerGroupName => 5005,
             MetadataError::ConsumerGroupMemberNotFound { .. } => 5006,
             MetadataError::LimitReached(limit) => match limit {
                 Limit::TokensPerUser => 52,
                 Limit::Users => 55,
-                Limit::Streams => 1100,
+                Limit::Streams => 1020,
                 Limit::PartitionsPerTopic => 2015,
-                Limit::TopicsPerStream => 2100,
-                Limit::ConsumerGroupsPerTopic => 5100,
-                Limit::MembersPerGroup => 5101,
+                Limit::TopicsPerStream => 2021,
+                Limit::ConsumerGroupsPerTopic | Limit::MembersPerGroup => 3009,
             },
         }
     }

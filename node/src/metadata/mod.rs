@@ -29,11 +29,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use command::{Identifier, MetadataCommand, MetadataResult};
+pub use command::{Identifier, MetadataCommand, MetadataResult, TopicUpdate};
 pub use error::{MetadataError, TopicOption};
 pub use groups::ConsumerGroup;
 pub use limits::{Limit, MetadataLimits};
-pub use password::{hash_password, verify_password, PasswordCost};
+pub use password::{hash_password, verify_password, PasswordCost, SALT_SIZE_BYTES};
 pub use permissions::{GlobalPermissions, Permissions, ReadKind, StreamPermissions, TopicPermissions};
 pub use streams::{Compression, Partition, Stream, Topic, TopicOptions};
 pub use users::{token_hash, PersonalAccessToken, User, UserStatus, ROOT_USERNAME, ROOT_USER_ID};
@@ -120,6 +120,13 @@ impl Metadata {
             }
             C::DeletePersonalAccessToken { name } => self.delete_personal_access_token(user_id, name),
             C::CreateStream { name } => self.create_stream(user_id, timestamp, name),
+            C::UpdateStream { stream, name } => self.update_stream(user_id, stream, name),
+            C::PurgeStream { stream } => self.purge_stream(user_id, stream),
+            C::UpdateTopic { stream, topic, name, update } => self.update_topic(user_id, stream, topic, name, update),
+            C::PurgeTopic { stream, topic } => self.purge_topic(user_id, stream, topic),
+            C::DeleteSegments { stream, topic, partition, count } => {
+                self.delete_segments(user_id, stream, topic, *partition, *count)
+            }
             C::DeleteStream { stream } => self.delete_stream(user_id, stream),
             C::CreateTopic { stream, name, partitions_count, options } => {
                 self.create_topic(user_id, timestamp, stream, name, *partitions_count, options)
@@ -235,11 +242,13 @@ impl Metadata {
     fn assert_invariants_after(&self, done: &MetadataResult) {
         use MetadataResult as R;
         let checked = match done {
-            R::StreamCreated { stream } => {
+            R::StreamCreated { stream } | R::StreamUpdated { stream } => {
                 let entry = self.streams.get(stream).expect("the created stream exists");
                 self.check_stream_entry(*stream, entry)
             }
+            R::StreamPurged { .. } | R::TopicPurged { .. } | R::SegmentsDeleted { .. } => Ok(()),
             R::TopicCreated { stream, topic, .. }
+            | R::TopicUpdated { stream, topic }
             | R::PartitionsCreated { stream, topic, .. }
             | R::PartitionsDeleted { stream, topic, .. }
             | R::ConsumerGroupCreated { stream, topic, .. }

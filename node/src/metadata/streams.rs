@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::command::{Identifier, MetadataResult};
+use super::command::{Identifier, MetadataResult, TopicUpdate};
 use super::error::{MetadataError, TopicOption};
 use super::groups::ConsumerGroup;
 use super::limits::{Limit, MetadataLimits};
@@ -279,6 +279,116 @@ impl Metadata {
         self.forget_permission_targets(id, None);
         let topics = removed.topics.values().map(|topic| (topic.id, topic.partitions_count())).collect();
         Ok(MetadataResult::StreamDeleted { stream: id, topics })
+    }
+
+    pub(super) fn update_stream(
+        &mut self,
+        actor_id: u32,
+        stream: &Identifier,
+        name: &str,
+    ) -> Result<MetadataResult, MetadataError> {
+        let actor = self.acting_user(actor_id)?;
+        let id = self.resolve_stream(stream)?.id;
+        if !actor.permissions.manage_stream(id) {
+            return Err(MetadataError::PermissionDenied(actor_id));
+        }
+        if !validate_name(name) {
+            return Err(MetadataError::InvalidStreamName);
+        }
+        if self.stream_ids_by_name.get(name).is_some_and(|other| *other != id) {
+            return Err(MetadataError::StreamAlreadyExists(name.to_owned()));
+        }
+
+        let stream = self.streams.get_mut(&id).expect("resolved above");
+        let old = std::mem::replace(&mut stream.name, name.to_owned());
+        self.stream_ids_by_name.remove(&old);
+        self.stream_ids_by_name.insert(name.to_owned(), id);
+        Ok(MetadataResult::StreamUpdated { stream: id })
+    }
+
+    pub(super) fn purge_stream(&mut self, actor_id: u32, stream: &Identifier) -> Result<MetadataResult, MetadataError> {
+        let actor = self.acting_user(actor_id)?;
+        let stream = self.resolve_stream(stream)?;
+        if !actor.permissions.manage_stream(stream.id) {
+            return Err(MetadataError::PermissionDenied(actor_id));
+        }
+        let topics = stream.topics.values().map(|topic| (topic.id, topic.partitions_count())).collect();
+        Ok(MetadataResult::StreamPurged { stream: stream.id, topics })
+    }
+
+    pub(super) fn update_topic(
+        &mut self,
+        actor_id: u32,
+        stream: &Identifier,
+        topic: &Identifier,
+        name: &str,
+        update: &TopicUpdate,
+    ) -> Result<MetadataResult, MetadataError> {
+        let actor = self.acting_user(actor_id)?;
+        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        let (stream_id, topic_id) = (stream.id, topic.id);
+        if !actor.permissions.manage_topic(stream_id, topic_id) {
+            return Err(MetadataError::PermissionDenied(actor_id));
+        }
+        if !validate_name(name) {
+            return Err(MetadataError::InvalidTopicName);
+        }
+        if stream.topic_by_name(name).is_some_and(|other| other.id != topic_id) {
+            return Err(MetadataError::TopicAlreadyExists { stream: stream_id, name: name.to_owned() });
+        }
+        let mut options = topic.options.clone();
+        if let Some(compression) = update.compression {
+            options.compression = compression;
+        }
+        if let Some(message_expiry) = update.message_expiry {
+            options.message_expiry = message_expiry;
+        }
+        if let Some(max_topic_size) = update.max_topic_size {
+            options.max_topic_size = max_topic_size;
+        }
+        options.validate()?;
+
+        let topic = self.topic_mut(stream_id, topic_id);
+        topic.name = name.to_owned();
+        topic.options = options;
+        Ok(MetadataResult::TopicUpdated { stream: stream_id, topic: topic_id })
+    }
+
+    pub(super) fn purge_topic(
+        &mut self,
+        actor_id: u32,
+        stream: &Identifier,
+        topic: &Identifier,
+    ) -> Result<MetadataResult, MetadataError> {
+        let actor = self.acting_user(actor_id)?;
+        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        if !actor.permissions.manage_topic(stream.id, topic.id) {
+            return Err(MetadataError::PermissionDenied(actor_id));
+        }
+        Ok(MetadataResult::TopicPurged {
+            stream: stream.id,
+            topic: topic.id,
+            partitions_count: topic.partitions_count(),
+        })
+    }
+
+    pub(super) fn delete_segments(
+        &mut self,
+        actor_id: u32,
+        stream: &Identifier,
+        topic: &Identifier,
+        partition: u32,
+        count: u32,
+    ) -> Result<MetadataResult, MetadataError> {
+        let actor = self.acting_user(actor_id)?;
+        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        if !actor.permissions.manage_topic(stream.id, topic.id) {
+            return Err(MetadataError::PermissionDenied(actor_id));
+        }
+        if partition >= topic.partitions_count() {
+            return Err(MetadataError::PartitionNotFound { stream: stream.id, topic: topic.id, partition });
+        }
+        Ok(MetadataResult::SegmentsDeleted { stream: stream.id, topic: topic.id, partition, count })
     }
 
     pub(super) fn create_topic(

@@ -15,8 +15,8 @@ use vireo_storage::checksum::checksum64;
 use vireo_storage::partition::PollingStrategy;
 
 use super::request::{
-    encode_poll_reply, encode_send_reply, encode_status, ConsumerKey, PartitionRequest, PartitionStatus, PollReply,
-    SendReply,
+    encode_offset_reply, encode_poll_reply, encode_send_reply, encode_status, ConsumerKey, OffsetReply,
+    PartitionRequest, PartitionStatus, PollReply, SendReply,
 };
 
 /// Bytes of batches a partition keeps; past it the oldest batches are dropped.
@@ -167,6 +167,20 @@ impl PartitionMachine {
             PartitionRequest::DeleteOffset { consumer, .. } => {
                 let removed = self.consumer_offsets.remove(&consumer);
                 encode_status(removed.is_none().then_some(PartitionStatus::OffsetNotFound))
+            }
+            PartitionRequest::GetOffset { partition, consumer } => match self.consumer_offsets.get(&consumer) {
+                Some(stored) => encode_offset_reply(&OffsetReply {
+                    partition,
+                    current_offset: self.next_offset.checked_sub(1).unwrap_or(u64::MAX),
+                    stored: *stored,
+                }),
+                None => encode_status(Some(PartitionStatus::OffsetNotFound)),
+            },
+            PartitionRequest::Purge { .. } => {
+                self.batches.clear();
+                self.retained_bytes = 0;
+                self.first_offset = self.next_offset;
+                encode_status(None)
             }
         }
     }

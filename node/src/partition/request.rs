@@ -11,6 +11,11 @@
 //!   partition's last offset, or u64::MAX when empty), count u32 (messages delivered: offsets
 //!   start..start+count), start u64, then whole stamped batches that hold them.
 //!
+//! - `OPERATION_GET_CONSUMER_OFFSET` (164): partition u32, consumer. Reply: status u32, partition
+//!   u32, current_offset u64 (u64::MAX when empty), stored u64.
+//! - `OPERATION_PURGE` (165): partition u32. Reply: status. Every stored message goes; offsets go
+//!   on from where they were (a consumer's stored offset stays meaningful).
+//!
 //! Polls are replicated requests too: a poll with auto-commit stores its consumer's offset in the
 //! same op that chose the messages, so a retried poll gets the same messages and never skips any.
 //! Consumer: kind u8 (1 consumer, 2 consumer group) + id u32.
@@ -22,6 +27,8 @@ pub const OPERATION_SEND_MESSAGES: u8 = 160;
 pub const OPERATION_STORE_CONSUMER_OFFSET: u8 = 161;
 pub const OPERATION_DELETE_CONSUMER_OFFSET: u8 = 162;
 pub const OPERATION_POLL_MESSAGES: u8 = 163;
+pub const OPERATION_GET_CONSUMER_OFFSET: u8 = 164;
+pub const OPERATION_PURGE: u8 = 165;
 
 /// Whose offset: a single consumer or a consumer group (their ids are separate spaces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,6 +54,8 @@ pub enum PartitionRequest {
     StoreOffset { partition: u32, consumer: ConsumerKey, offset: u64 },
     DeleteOffset { partition: u32, consumer: ConsumerKey },
     Poll { partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32, auto_commit: bool },
+    GetOffset { partition: u32, consumer: ConsumerKey },
+    Purge { partition: u32 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
@@ -107,6 +116,8 @@ impl PartitionRequest {
             PartitionRequest::StoreOffset { .. } => OPERATION_STORE_CONSUMER_OFFSET,
             PartitionRequest::DeleteOffset { .. } => OPERATION_DELETE_CONSUMER_OFFSET,
             PartitionRequest::Poll { .. } => OPERATION_POLL_MESSAGES,
+            PartitionRequest::GetOffset { .. } => OPERATION_GET_CONSUMER_OFFSET,
+            PartitionRequest::Purge { .. } => OPERATION_PURGE,
         }
     }
 
@@ -115,7 +126,9 @@ impl PartitionRequest {
             PartitionRequest::Send { partition, .. }
             | PartitionRequest::StoreOffset { partition, .. }
             | PartitionRequest::DeleteOffset { partition, .. }
-            | PartitionRequest::Poll { partition, .. } => *partition,
+            | PartitionRequest::Poll { partition, .. }
+            | PartitionRequest::GetOffset { partition, .. }
+            | PartitionRequest::Purge { partition } => *partition,
         }
     }
 
@@ -128,7 +141,10 @@ impl PartitionRequest {
                 consumer.encode(&mut bytes);
                 bytes.extend_from_slice(&offset.to_le_bytes());
             }
-            PartitionRequest::DeleteOffset { consumer, .. } => consumer.encode(&mut bytes),
+            PartitionRequest::DeleteOffset { consumer, .. } | PartitionRequest::GetOffset { consumer, .. } => {
+                consumer.encode(&mut bytes)
+            }
+            PartitionRequest::Purge { .. } => {}
             PartitionRequest::Poll { consumer, strategy, count, auto_commit, .. } => {
                 consumer.encode(&mut bytes);
                 let (kind, value) = match *strategy {
@@ -163,6 +179,8 @@ impl PartitionRequest {
             OPERATION_DELETE_CONSUMER_OFFSET => {
                 PartitionRequest::DeleteOffset { partition, consumer: reader.consumer()? }
             }
+            OPERATION_GET_CONSUMER_OFFSET => PartitionRequest::GetOffset { partition, consumer: reader.consumer()? },
+            OPERATION_PURGE => PartitionRequest::Purge { partition },
             OPERATION_POLL_MESSAGES => {
                 let consumer = reader.consumer()?;
                 let at = reader.offset;
@@ -225,6 +243,37 @@ pub struct SendReply {
     pub partition: u32,
     pub base_offset: u64,
     pub message_count: u32,
+}
+
+/// A decoded get_consumer_offset reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffsetReply {
+    pub partition: u32,
+    pub current_offset: u64,
+    pub stored: u64,
+}
+
+pub fn encode_offset_reply(reply: &OffsetReply) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(24);
+    bytes.extend_from_slice(&0u32.to_le_bytes());
+    bytes.extend_from_slice(&reply.partition.to_le_bytes());
+    bytes.extend_from_slice(&reply.current_offset.to_le_bytes());
+    bytes.extend_from_slice(&reply.stored.to_le_bytes());
+    bytes
+}
+
+pub fn decode_offset_reply(reply: &[u8]) -> Result<OffsetReply, RequestError> {
+    let mut reader = Reader { bytes: reply, offset: 0 };
+    if reader.u32("status")? != 0 {
+        return Err(RequestError::Invalid { offset: 0, what: "status (not a success)" });
+    }
+    let decoded = OffsetReply {
+        partition: reader.u32("partition")?,
+        current_offset: reader.u64("current_offset")?,
+        stored: reader.u64("stored")?,
+    };
+    reader.end()?;
+    Ok(decoded)
 }
 
 /// A decoded poll reply: `count` messages from `start`, inside whole `batches`.
@@ -322,6 +371,9 @@ mod tests {
             }),
             (any::<u32>(), consumer())
                 .prop_map(|(partition, consumer)| PartitionRequest::DeleteOffset { partition, consumer }),
+            (any::<u32>(), consumer())
+                .prop_map(|(partition, consumer)| PartitionRequest::GetOffset { partition, consumer }),
+            any::<u32>().prop_map(|partition| PartitionRequest::Purge { partition }),
             (any::<u32>(), consumer(), strategy, any::<u32>(), any::<bool>()).prop_map(
                 |(partition, consumer, strategy, count, auto_commit)| PartitionRequest::Poll {
                     partition,
@@ -348,6 +400,7 @@ mod tests {
             }
             let _ = decode_poll_reply(&body);
             let _ = decode_send_reply(&body);
+            let _ = decode_offset_reply(&body);
             let _ = reply_status(&body);
         }
     }

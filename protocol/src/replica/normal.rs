@@ -418,6 +418,13 @@ impl<S: StateMachine> Replica<S> {
                     }
                     continue;
                 }
+                if let Err(status) = self.state_machine.check_register(header.timestamp, &request.header, request.body)
+                {
+                    if primary {
+                        self.send_refusal(io, &request.header, op, header.timestamp, status);
+                    }
+                    continue;
+                }
                 let entry = ClientEntry {
                     session: op,
                     user_id: request.header.user_id,
@@ -491,6 +498,22 @@ impl<S: StateMachine> Replica<S> {
         header.session = entry.session;
         let message = Message::new(header, entry.reply.clone());
         io.send(Peer::Client(client), message.encode());
+    }
+
+    /// Answers a register its state machine refused (`check_register`): a reply with a status
+    /// and no session.
+    fn send_refusal(&self, io: &mut impl Io, request: &Header, op: u64, timestamp: u64, status: u32) {
+        assert_ne!(status, 0);
+        let mut header = self.header(Command::Reply);
+        header.parent = request.parent;
+        header.client = request.client;
+        header.origin = request.origin;
+        header.op = op;
+        header.commit = self.commit_max;
+        header.timestamp = timestamp;
+        header.operation = OPERATION_REGISTER;
+        header.status = status;
+        io.send(Peer::Client(request.client), Message::new(header, Vec::new()).encode());
     }
 
     fn send_eviction(&self, io: &mut impl Io, request: &Header) {

@@ -1,5 +1,7 @@
 //! The client codec: every request and reply body of `PROTOCOL.md` ("Bodies"), the bytes after
-//! the 256-byte header (`crate::header`), both directions, Apache Iggy 0.9.0 compatible.
+//! the 256-byte header (`crate::header`), both directions, Apache Iggy 0.9.0 compatible: byte for
+//! byte the layouts of the SDK `iggy` 0.11.0-edge.4 (`iggy_binary_protocol`), which
+//! `protocol/tests/sdk_differential.rs` checks against the SDK's own encoders and decoders.
 //!
 //! It owns the byte layouts and nothing else: no I/O, no sessions, no meaning of the fields.
 //! Invariants it keeps:
@@ -15,6 +17,7 @@
 pub mod command;
 mod error;
 pub mod options;
+pub mod permissions;
 pub mod primitives;
 pub mod reader;
 pub mod reply;
@@ -22,16 +25,20 @@ pub mod request;
 
 pub use error::WireError;
 pub use options::{OptionValue, Options};
+pub use permissions::{GlobalPermissions, Permissions, StreamPermissions, TopicPermissions};
 pub use primitives::{
     Consumer, ConsumerKind, Identifier, MessagesKey, Name, Partitioning, PollingKind, PollingStrategy, ShortBytes,
 };
 pub use reader::Reader;
 pub use reply::{
-    Appended, ClientInfo, ClusterMetadata, ClusterNode, ConsumerGroup, ConsumerGroupMember, ConsumerOffsetReply,
-    GroupMembership, LoginReply, Partition, PollReply, ResultEntry, ResultSection, SendMessagesReply, Stream,
-    StreamDetails, Topic, TopicDetails,
+    Appended, CacheMetric, ClientInfo, ClientSummary, ClusterMetadata, ClusterNode, ConsumerGroup, ConsumerGroupMember,
+    ConsumerGroupSummary, ConsumerOffsetReply, CreatedPersonalAccessToken, GroupMembership, LoginReply,
+    OptionDescription, Partition, PersonalAccessTokenInfo, PollReply, ResultEntry, ResultSection, SendMessagesReply,
+    StatsReply, Stream, StreamDetails, SyncConsumerGroupReply, Topic, TopicDetails, UserDetails, UserResponse,
 };
-pub use request::{ClientRequest, ConsumerOffsetKey, LoginRegister, PollMessages, SendMessages};
+pub use request::{
+    decode_login, ClientRequest, ConsumerOffsetKey, Login, LoginRegister, LoginWithToken, PollMessages, SendMessages,
+};
 
 #[cfg(test)]
 mod tests;

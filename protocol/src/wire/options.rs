@@ -1,12 +1,17 @@
-//! Options: the typed key/value settings of streams and topics (`PROTOCOL.md`, "Options").
+//! Options: the typed key/value settings of streams, topics and users (`PROTOCOL.md`, "Options").
 //!
-//! Wire form, everywhere options appear (create_stream, create_topic, stream and topic replies):
-//! `[len u32]` then `len` bytes of pairs. A pair is two entries, each `[kind u8][len u32][bytes]`:
-//! the key (kind 2, string) and then the value, whose kind fixes its length for the scalar kinds.
+//! A block is pairs back to back. A pair is two entries, each `[kind u8][len u32][bytes]`: the key
+//! (kind 2, string) and then the value, whose kind fixes its length for the scalar kinds. The
+//! block travels in two forms, as the SDK sends and reads it:
+//! - bare, running to the end of the body with no length in front: the last field of the requests
+//!   create_stream, update_stream, create_topic, update_topic, create_user and update_user
+//!   (`read_bare` / `write_bare`);
+//! - `[len u32]` then `len` bytes of pairs: inside replies, where more follows (`read` / `write`).
 //!
-//! Invariants kept by `Options::new` and checked by `read`: at most `OPTIONS_PAIRS_MAX` pairs and
-//! `OPTIONS_SIZE_MAX` bytes of pairs, keys of 1..=255 bytes UTF-8, no key twice, every value's
-//! length right for its kind.
+//! Invariants kept by `Options::new` and checked by both reads (the SDK's rules, so that whatever
+//! Vireo stores and echoes the SDK can decode): at most `OPTIONS_PAIRS_MAX` pairs and
+//! `OPTIONS_SIZE_MAX` bytes of pairs, every entry (key or value) of 1..=255 bytes, keys UTF-8 and
+//! never twice, every value's kind known (1..=15) and its length right for that kind.
 
 use super::reader::{utf8, Put, Reader};
 use super::WireError;
@@ -15,6 +20,8 @@ pub const OPTIONS_PAIRS_MAX: usize = 1024;
 /// The bytes of the pairs, not counting the u32 length in front (100 kB, decimal).
 pub const OPTIONS_SIZE_MAX: usize = 100_000;
 pub const OPTION_KEY_LEN_MAX: usize = 255;
+/// The longest value entry (raw bytes or a string); scalar values are shorter by their kind.
+pub const OPTION_VALUE_LEN_MAX: usize = 255;
 
 const KIND_STRING: u8 = 2;
 /// Kind byte and u32 length of one entry.
@@ -100,6 +107,9 @@ impl OptionValue {
         if scalar_len(kind).is_some_and(|expected| expected != len) {
             return Err(WireError::Invalid { offset: len_offset, what: "option value length for its kind" });
         }
+        if len == 0 || len > OPTION_VALUE_LEN_MAX {
+            return Err(WireError::Invalid { offset: len_offset, what: "option value length (1..=255 bytes)" });
+        }
         let offset = reader.offset();
         let bytes = reader.bytes(len, "option value")?;
         fn array<const N: usize>(bytes: &[u8]) -> [u8; N] {
@@ -169,6 +179,12 @@ impl Options {
                 return Err(WireError::Invalid { offset: 0, what: "option key (given twice)" });
             }
         }
+        for (_, value) in &pairs {
+            let len = value.encoded_len() - ENTRY_OVERHEAD;
+            if len == 0 || len > OPTION_VALUE_LEN_MAX {
+                return Err(WireError::Invalid { offset: 0, what: "option value length (1..=255 bytes)" });
+            }
+        }
         let options = Options { pairs };
         let size = options.pairs_len();
         if size > OPTIONS_SIZE_MAX {
@@ -198,6 +214,7 @@ impl Options {
         self.pairs.iter().map(|(key, value)| ENTRY_OVERHEAD + key.len() + value.encoded_len()).sum()
     }
 
+    /// `[len u32]` then the pairs: the form inside replies.
     pub fn read(reader: &mut Reader<'_>) -> Result<Options, WireError> {
         let len_offset = reader.offset();
         let len = reader.u32("options length")? as usize;
@@ -209,7 +226,26 @@ impl Options {
                 max: OPTIONS_SIZE_MAX as u64,
             });
         }
-        let mut block = reader.nested(len, "options")?;
+        Options::read_pairs(reader.nested(len, "options")?)
+    }
+
+    /// The pairs alone, running to the end of the body: the form that ends a request. Consumes
+    /// everything `reader` has left.
+    pub fn read_bare(reader: &mut Reader<'_>) -> Result<Options, WireError> {
+        let offset = reader.offset();
+        let len = reader.remaining();
+        if len > OPTIONS_SIZE_MAX {
+            return Err(WireError::TooLarge {
+                offset,
+                what: "options size",
+                len: len as u64,
+                max: OPTIONS_SIZE_MAX as u64,
+            });
+        }
+        Options::read_pairs(reader.nested(len, "options")?)
+    }
+
+    fn read_pairs(mut block: Reader<'_>) -> Result<Options, WireError> {
         let mut pairs: Vec<(String, OptionValue)> = Vec::new();
         while !block.is_empty() {
             let key_offset = block.offset();
@@ -239,8 +275,14 @@ impl Options {
         Ok(Options { pairs })
     }
 
+    /// `[len u32]` then the pairs.
     pub fn write(&self, out: &mut Vec<u8>) {
         out.put_len_u32(self.pairs_len());
+        self.write_bare(out);
+    }
+
+    /// The pairs alone: only as the last field of a body.
+    pub fn write_bare(&self, out: &mut Vec<u8>) {
         for (key, value) in &self.pairs {
             out.put_u8(KIND_STRING);
             out.put_bytes_u32(key.as_bytes());

@@ -61,6 +61,11 @@ impl<'a> Reader<'a> {
         self.array(what).map(u64::from_le_bytes)
     }
 
+    /// Bit for bit, NaNs included, so that it re-encodes to the same bytes.
+    pub fn f32(&mut self, what: &'static str) -> Result<f32, WireError> {
+        self.array(what).map(f32::from_le_bytes)
+    }
+
     pub fn u128(&mut self, what: &'static str) -> Result<u128, WireError> {
         self.array(what).map(u128::from_le_bytes)
     }
@@ -122,6 +127,7 @@ pub(crate) trait Put {
     fn put_u16(&mut self, value: u16);
     fn put_u32(&mut self, value: u32);
     fn put_u64(&mut self, value: u64);
+    fn put_f32(&mut self, value: f32);
     fn put_bool(&mut self, value: bool);
     /// A length as u32. Our own values never approach 4 GiB (a frame is capped at 64 MiB).
     fn put_len_u32(&mut self, len: usize);
@@ -140,6 +146,9 @@ impl Put for Vec<u8> {
         self.extend_from_slice(&value.to_le_bytes());
     }
     fn put_u64(&mut self, value: u64) {
+        self.extend_from_slice(&value.to_le_bytes());
+    }
+    fn put_f32(&mut self, value: f32) {
         self.extend_from_slice(&value.to_le_bytes());
     }
     fn put_bool(&mut self, value: bool) {

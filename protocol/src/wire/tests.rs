@@ -1,11 +1,13 @@
 //! The codec's stories: every body round trips, arbitrary and damaged bodies never panic and
-//! either fail or re-encode to themselves, a few layouts are pinned byte for byte, and malformed
-//! bodies name the offset where they went wrong.
+//! either fail or re-encode to themselves, a few layouts are pinned byte for byte (written from
+//! the SDK's layouts, not from this codec), and malformed bodies name the offset where they went
+//! wrong. `protocol/tests/sdk_differential.rs` checks the same layouts against the SDK's code.
 
 use super::command::*;
 use super::options::{OPTIONS_PAIRS_MAX, OPTIONS_SIZE_MAX};
 use super::*;
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use vireo_storage::batch::{stamp, BatchBuilder, BatchError};
 
 fn name() -> impl Strategy<Value = Name> {
@@ -49,8 +51,8 @@ fn option_value() -> impl Strategy<Value = OptionValue> {
     let f64s = any::<f64>().prop_filter("not NaN", |value| !value.is_nan());
     prop_oneof![
         prop_oneof![
-            prop::collection::vec(any::<u8>(), 0..32).prop_map(OptionValue::Raw),
-            "\\PC{0,20}".prop_map(OptionValue::String),
+            prop::collection::vec(any::<u8>(), 1..32).prop_map(OptionValue::Raw),
+            "\\PC{1,20}".prop_map(OptionValue::String),
             any::<bool>().prop_map(OptionValue::Bool),
             any::<i8>().prop_map(OptionValue::I8),
             any::<i16>().prop_map(OptionValue::I16),
@@ -79,6 +81,44 @@ fn options() -> impl Strategy<Value = Options> {
             }
         }
         Options::new(unique).unwrap()
+    })
+}
+
+fn permissions() -> impl Strategy<Value = Permissions> {
+    let topic = any::<[bool; 4]>().prop_map(|[manage_topic, read_topic, poll_messages, send_messages]| {
+        TopicPermissions { manage_topic, read_topic, poll_messages, send_messages }
+    });
+    let stream = (any::<[bool; 6]>(), prop::collection::btree_map(any::<u32>(), topic, 0..3)).prop_map(
+        |([manage_stream, read_stream, manage_topics, read_topics, poll_messages, send_messages], topics)| {
+            StreamPermissions {
+                manage_stream,
+                read_stream,
+                manage_topics,
+                read_topics,
+                poll_messages,
+                send_messages,
+                topics,
+            }
+        },
+    );
+    (any::<[bool; 10]>(), prop::collection::btree_map(any::<u32>(), stream, 0..3)).prop_map(|(flags, streams)| {
+        let [manage_servers, read_servers, manage_users, read_users, manage_streams, read_streams, manage_topics, read_topics, poll_messages, send_messages] =
+            flags;
+        Permissions {
+            global: GlobalPermissions {
+                manage_servers,
+                read_servers,
+                manage_users,
+                read_users,
+                manage_streams,
+                read_streams,
+                manage_topics,
+                read_topics,
+                poll_messages,
+                send_messages,
+            },
+            streams,
+        }
     })
 }
 
@@ -131,6 +171,18 @@ fn login_register() -> impl Strategy<Value = LoginRegister> {
     )
 }
 
+fn login_with_token() -> impl Strategy<Value = LoginWithToken> {
+    (any::<u32>(), name(), name(), short_bytes(), prop::collection::vec(any::<u8>(), 0..64)).prop_map(
+        |(protocol_version, sdk_name, sdk_version, token, context)| LoginWithToken {
+            protocol_version,
+            sdk_name,
+            sdk_version,
+            token,
+            context,
+        },
+    )
+}
+
 fn poll_messages() -> impl Strategy<Value = PollMessages> {
     (consumer(), identifier(), identifier(), any::<Option<u32>>(), strategy(), any::<u32>(), any::<bool>()).prop_map(
         |(consumer, stream, topic, partition_id, strategy, count, auto_commit)| PollMessages {
@@ -152,35 +204,86 @@ fn send_messages() -> impl Strategy<Value = SendMessages> {
 
 fn request() -> impl Strategy<Value = ClientRequest> {
     use ClientRequest as R;
-    let no_body =
-        prop::sample::select(vec![R::Ping, R::GetStats, R::GetClusterMetadata, R::GetMe, R::Logout, R::GetStreams]);
-    let sessions = prop_oneof![
+    let no_body = prop::sample::select(vec![
+        R::Ping,
+        R::GetStats,
+        R::GetClusterMetadata,
+        R::GetMe,
+        R::GetClients,
+        R::GetUsers,
+        R::Logout,
+        R::GetPersonalAccessTokens,
+        R::GetStreams,
+    ]);
+    let system = prop_oneof![
+        (any::<u8>(), prop::collection::vec(any::<u8>(), 0..=255))
+            .prop_map(|(compression, types)| R::GetSnapshotFile { compression, types }),
+        any::<u8>().prop_map(|scope| R::DescribeOptions { scope }),
         any::<u32>().prop_map(|client_id| R::GetClient { client_id }),
+    ];
+    let sessions = prop_oneof![
         login_register().prop_map(R::LoginRegister),
-        (short_bytes(), prop::collection::vec(any::<u8>(), 0..64))
-            .prop_map(|(token, context)| R::LoginWithPersonalAccessToken { token, context }),
+        login_with_token().prop_map(R::LoginWithPersonalAccessToken),
+        (name(), any::<u64>()).prop_map(|(name, expiry)| R::CreatePersonalAccessToken { name, expiry }),
+        name().prop_map(|name| R::DeletePersonalAccessToken { name }),
+    ];
+    let users = prop_oneof![
+        identifier().prop_map(|user| R::GetUser { user }),
+        (name(), short_bytes(), any::<u8>(), prop::option::of(permissions()), options()).prop_map(
+            |(username, password, status, permissions, options)| R::CreateUser {
+                username,
+                password,
+                status,
+                permissions,
+                options
+            }
+        ),
+        identifier().prop_map(|user| R::DeleteUser { user }),
+        (identifier(), prop::option::of(name()), any::<Option<u8>>(), options())
+            .prop_map(|(user, username, status, options)| R::UpdateUser { user, username, status, options }),
+        (identifier(), prop::option::of(permissions()))
+            .prop_map(|(user, permissions)| R::UpdatePermissions { user, permissions }),
+        (identifier(), short_bytes(), short_bytes()).prop_map(|(user, current_password, new_password)| {
+            R::ChangePassword { user, current_password, new_password }
+        }),
     ];
     let messages = prop_oneof![
         poll_messages().prop_map(R::PollMessages),
         send_messages().prop_map(R::SendMessages),
+        (identifier(), identifier(), any::<u32>(), any::<bool>()).prop_map(|(stream, topic, partition_id, fsync)| {
+            R::FlushUnsavedBuffer { stream, topic, partition_id, fsync }
+        }),
         consumer_offset_key().prop_map(R::GetConsumerOffset),
         (consumer_offset_key(), any::<u64>(), any::<u8>()).prop_map(|(key, offset, ack)| R::StoreConsumerOffset {
             key,
             offset,
             ack
         }),
-        consumer_offset_key().prop_map(R::DeleteConsumerOffset),
+        (consumer_offset_key(), any::<u8>()).prop_map(|(key, ack)| R::DeleteConsumerOffset { key, ack }),
     ];
-    let streams_and_topics = prop_oneof![
+    let streams = prop_oneof![
         identifier().prop_map(|stream| R::GetStream { stream }),
         (name(), options()).prop_map(|(name, options)| R::CreateStream { name, options }),
         identifier().prop_map(|stream| R::DeleteStream { stream }),
+        (identifier(), name(), options()).prop_map(|(stream, name, options)| R::UpdateStream { stream, name, options }),
+        identifier().prop_map(|stream| R::PurgeStream { stream }),
+    ];
+    let topics = prop_oneof![
         (identifier(), identifier()).prop_map(|(stream, topic)| R::GetTopic { stream, topic }),
         identifier().prop_map(|stream| R::GetTopics { stream }),
         (identifier(), any::<u32>(), name(), options()).prop_map(|(stream, partitions_count, name, options)| {
             R::CreateTopic { stream, partitions_count, name, options }
         }),
         (identifier(), identifier()).prop_map(|(stream, topic)| R::DeleteTopic { stream, topic }),
+        (identifier(), identifier(), name(), options()).prop_map(|(stream, topic, name, options)| R::UpdateTopic {
+            stream,
+            topic,
+            name,
+            options
+        }),
+        (identifier(), identifier()).prop_map(|(stream, topic)| R::PurgeTopic { stream, topic }),
+    ];
+    let partitions = prop_oneof![
         (identifier(), identifier(), any::<u32>()).prop_map(|(stream, topic, count)| R::CreatePartitions {
             stream,
             topic,
@@ -191,6 +294,14 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             topic,
             count
         }),
+        (identifier(), identifier(), any::<u32>(), any::<u32>()).prop_map(
+            |(stream, topic, partition_id, segments_count)| R::DeleteSegments {
+                stream,
+                topic,
+                partition_id,
+                segments_count
+            }
+        ),
     ];
     let groups = prop_oneof![
         (identifier(), identifier(), identifier()).prop_map(|(stream, topic, group)| R::GetConsumerGroup {
@@ -219,8 +330,23 @@ fn request() -> impl Strategy<Value = ClientRequest> {
             topic,
             group
         }),
+        (identifier(), identifier(), identifier()).prop_map(|(stream, topic, group)| R::SyncConsumerGroup {
+            stream,
+            topic,
+            group
+        }),
     ];
-    prop_oneof![1 => no_body, 1 => sessions, 2 => messages, 3 => streams_and_topics, 2 => groups]
+    prop_oneof![
+        1 => no_body,
+        1 => system,
+        2 => sessions,
+        3 => users,
+        2 => messages,
+        2 => streams,
+        2 => topics,
+        1 => partitions,
+        2 => groups,
+    ]
 }
 
 fn result_section() -> impl Strategy<Value = ResultSection> {
@@ -309,10 +435,112 @@ fn cluster_metadata() -> impl Strategy<Value = ClusterMetadata> {
     ("\\PC{0,12}", prop::collection::vec(node, 0..4)).prop_map(|(name, nodes)| ClusterMetadata { name, nodes })
 }
 
+fn user_response() -> impl Strategy<Value = UserResponse> {
+    (any::<(u32, u64, u8)>(), name(), options()).prop_map(|((id, created_at, status), username, options)| {
+        UserResponse { id, created_at, status, username, options }
+    })
+}
+
+fn user_details() -> impl Strategy<Value = UserDetails> {
+    (user_response(), prop::option::of(permissions())).prop_map(|(user, permissions)| UserDetails { user, permissions })
+}
+
+fn stats() -> impl Strategy<Value = StatsReply> {
+    // Floats compare with `==` in round trips, so no NaN here; arbitrary bytes cover NaN.
+    let ratio = any::<f32>().prop_filter("not NaN", |value| !value.is_nan());
+    let metric = (any::<(u32, u32, u32, u64, u64)>(), ratio).prop_map(
+        |((stream_id, topic_id, partition_id, hits, misses), hit_ratio)| CacheMetric {
+            stream_id,
+            topic_id,
+            partition_id,
+            hits,
+            misses,
+            hit_ratio,
+        },
+    );
+    let cpu = any::<(f32, f32)>().prop_filter("not NaN", |(a, b)| !a.is_nan() && !b.is_nan());
+    (
+        (any::<(u32, u64, u64, u64, u64, u64, u64, u64, u64)>(), cpu),
+        (any::<(u32, u32, u32, u32, u64, u32)>(), any::<(u32, u32, u32, u64, u64)>()),
+        prop::collection::vec("\\PC{0,16}", 5),
+        prop::collection::vec(metric, 0..4),
+    )
+        .prop_map(|(head, counts, strings, cache_metrics)| {
+            let (
+                (
+                    process_id,
+                    memory_usage,
+                    total_memory,
+                    available_memory,
+                    run_time,
+                    start_time,
+                    read_bytes,
+                    written_bytes,
+                    messages_size_bytes,
+                ),
+                (cpu_usage, total_cpu_usage),
+            ) = head;
+            let (
+                (streams_count, topics_count, partitions_count, segments_count, messages_count, clients_count),
+                (consumer_groups_count, iggy_server_semver, threads_count, free_disk_space, total_disk_space),
+            ) = counts;
+            StatsReply {
+                process_id,
+                cpu_usage,
+                total_cpu_usage,
+                memory_usage,
+                total_memory,
+                available_memory,
+                run_time,
+                start_time,
+                read_bytes,
+                written_bytes,
+                messages_size_bytes,
+                streams_count,
+                topics_count,
+                partitions_count,
+                segments_count,
+                messages_count,
+                clients_count,
+                consumer_groups_count,
+                hostname: strings[0].clone(),
+                os_name: strings[1].clone(),
+                os_version: strings[2].clone(),
+                kernel_version: strings[3].clone(),
+                iggy_server_version: strings[4].clone(),
+                iggy_server_semver,
+                cache_metrics,
+                threads_count,
+                free_disk_space,
+                total_disk_space,
+            }
+        })
+}
+
+fn option_description() -> impl Strategy<Value = OptionDescription> {
+    (name(), any::<u8>(), prop::collection::vec(any::<u8>(), 0..16), "\\PC{0,40}")
+        .prop_map(|(key, kind, default_value, description)| OptionDescription { key, kind, default_value, description })
+}
+
+fn client_info() -> impl Strategy<Value = ClientInfo> {
+    (any::<(u32, u32, u8)>(), "\\PC{0,30}", prop::collection::vec(any::<(u32, u32, u32)>(), 0..5)).prop_map(
+        |((client_id, user_id, transport), address, groups)| ClientInfo {
+            client_id,
+            user_id,
+            transport,
+            address,
+            groups: groups
+                .into_iter()
+                .map(|(stream_id, topic_id, group_id)| GroupMembership { stream_id, topic_id, group_id })
+                .collect(),
+        },
+    )
+}
+
 /// Every reply layout, encoded, with a decode that re-encodes what it read.
 type ReplyDecoder = fn(&[u8]) -> Result<Vec<u8>, WireError>;
 
-const REPLY_DECODERS: [ReplyDecoder; 14] = [
+const REPLY_DECODERS: [ReplyDecoder; 25] = [
     |body| ResultSection::decode(body).map(|reply| reply.encode()),
     |body| LoginReply::decode(body).map(|reply| reply.encode()),
     |body| ClientInfo::decode(body).map(|reply| reply.encode()),
@@ -324,9 +552,20 @@ const REPLY_DECODERS: [ReplyDecoder; 14] = [
     |body| PollReply::decode(body).map(|reply| reply.encode()),
     |body| ConsumerOffsetReply::decode(body).map(|reply| reply.encode()),
     |body| ConsumerGroup::decode(body).map(|reply| reply.encode()),
-    |body| ConsumerGroup::decode_list(body).map(|groups| ConsumerGroup::encode_list(&groups)),
+    |body| ConsumerGroup::decode_list(body).map(|groups| ConsumerGroupSummary::encode_list(&groups)),
+    |body| ConsumerGroupSummary::decode(body).map(|reply| reply.encode()),
+    |body| SyncConsumerGroupReply::decode(body).map(|reply| reply.encode()),
     |body| ClusterMetadata::decode(body).map(|reply| reply.encode()),
     |body| ResultSection::decode_prefix(body).map(|(section, rest)| [section.encode(), rest.to_vec()].concat()),
+    |body| ClientInfo::decode_list(body).map(|clients| ClientSummary::encode_list(&clients)),
+    |body| ClientSummary::decode(body).map(|reply| reply.encode()),
+    |body| UserResponse::decode(body).map(|reply| reply.encode()),
+    |body| UserResponse::decode_list(body).map(|users| UserResponse::encode_list(&users)),
+    |body| UserDetails::decode(body).map(|reply| reply.encode()),
+    |body| PersonalAccessTokenInfo::decode_list(body).map(|tokens| PersonalAccessTokenInfo::encode_list(&tokens)),
+    |body| CreatedPersonalAccessToken::decode(body).map(|reply| reply.encode()),
+    |body| StatsReply::decode(body).map(|reply| reply.encode()),
+    |body| OptionDescription::decode_list(body).map(|options| OptionDescription::encode_list(&options)),
 ];
 
 /// Damages a body: cuts it short, flips a byte, or appends one.
@@ -363,22 +602,40 @@ proptest! {
     }
 
     #[test]
-    fn client_infos_round_trip(
-        ids in any::<(u32, u32, u8)>(),
-        address in "\\PC{0,30}",
-        groups in prop::collection::vec(any::<(u32, u32, u32)>(), 0..5),
-    ) {
-        let info = ClientInfo {
-            client_id: ids.0,
-            user_id: ids.1,
-            transport: ids.2,
-            address,
-            groups: groups
-                .into_iter()
-                .map(|(stream_id, topic_id, group_id)| GroupMembership { stream_id, topic_id, group_id })
-                .collect(),
-        };
+    fn client_infos_round_trip(info in client_info(), infos in prop::collection::vec(client_info(), 0..4)) {
         prop_assert_eq!(ClientInfo::decode(&info.encode()), Ok(info));
+        let summaries: Vec<ClientSummary> = infos.iter().map(ClientInfo::summary).collect();
+        prop_assert_eq!(ClientInfo::decode_list(&ClientInfo::encode_list(&infos)), Ok(summaries.clone()));
+        prop_assert_eq!(ClientSummary::encode_list(&summaries), ClientInfo::encode_list(&infos));
+    }
+
+    #[test]
+    fn users_and_tokens_round_trip(
+        users in prop::collection::vec(user_response(), 0..4),
+        details in user_details(),
+        tokens in prop::collection::vec((name(), any::<u64>()), 0..4),
+        token in name(),
+    ) {
+        prop_assert_eq!(UserResponse::decode_list(&UserResponse::encode_list(&users)), Ok(users));
+        prop_assert_eq!(UserDetails::decode(&details.encode()), Ok(details));
+        let tokens: Vec<PersonalAccessTokenInfo> =
+            tokens.into_iter().map(|(name, expiry_at)| PersonalAccessTokenInfo { name, expiry_at }).collect();
+        prop_assert_eq!(PersonalAccessTokenInfo::decode_list(&PersonalAccessTokenInfo::encode_list(&tokens)), Ok(tokens));
+        let created = CreatedPersonalAccessToken { token };
+        prop_assert_eq!(CreatedPersonalAccessToken::decode(&created.encode()), Ok(created));
+    }
+
+    #[test]
+    fn system_replies_round_trip(
+        stats in stats(),
+        descriptions in prop::collection::vec(option_description(), 0..4),
+        generation in any::<u64>(),
+        partitions in prop::collection::vec(any::<u32>(), 0..6),
+    ) {
+        prop_assert_eq!(StatsReply::decode(&stats.encode()), Ok(stats));
+        prop_assert_eq!(OptionDescription::decode_list(&OptionDescription::encode_list(&descriptions)), Ok(descriptions));
+        let sync = SyncConsumerGroupReply { generation, partitions };
+        prop_assert_eq!(SyncConsumerGroupReply::decode(&sync.encode()), Ok(sync));
     }
 
     #[test]
@@ -431,7 +688,9 @@ proptest! {
         cluster in cluster_metadata(),
     ) {
         prop_assert_eq!(ConsumerGroup::decode(&group.encode()), Ok(group));
-        prop_assert_eq!(ConsumerGroup::decode_list(&ConsumerGroup::encode_list(&groups)), Ok(groups));
+        let summaries: Vec<ConsumerGroupSummary> = groups.iter().map(ConsumerGroup::summary).collect();
+        prop_assert_eq!(ConsumerGroup::decode_list(&ConsumerGroup::encode_list(&groups)), Ok(summaries.clone()));
+        prop_assert_eq!(ConsumerGroupSummary::encode_list(&summaries), ConsumerGroup::encode_list(&groups));
         prop_assert_eq!(ClusterMetadata::decode(&cluster.encode()), Ok(cluster));
     }
 
@@ -446,6 +705,13 @@ proptest! {
                 prop_assert_eq!(request.command_code(), code);
                 prop_assert_eq!(request.encode(), body.clone());
             }
+        }
+        match decode_login(&body) {
+            Ok(Login::Password(login)) => prop_assert_eq!(ClientRequest::LoginRegister(login).encode(), body),
+            Ok(Login::Token(login)) => {
+                prop_assert_eq!(ClientRequest::LoginWithPersonalAccessToken(login).encode(), body)
+            }
+            Err(_) => {}
         }
     }
 
@@ -472,6 +738,8 @@ proptest! {
         partitions in prop::collection::vec(partition(), 0..3),
         group in consumer_group(),
         cluster in cluster_metadata(),
+        details in user_details(),
+        stats in stats(),
         how in any::<u8>(),
         at in any::<prop::sample::Index>(),
         value in any::<u8>(),
@@ -482,6 +750,8 @@ proptest! {
             TopicDetails { topic, partitions }.encode(),
             group.encode(),
             cluster.encode(),
+            details.encode(),
+            stats.encode(),
         ];
         let damaged = valid.into_iter().map(|valid| damage(valid, how, at, value));
         for body in std::iter::once(body).chain(damaged) {
@@ -509,18 +779,237 @@ fn a_numeric_identifier_is_kind_len_and_u32() {
 }
 
 #[test]
-fn a_create_stream_body_is_name_then_length_prefixed_options() {
+fn a_create_stream_body_is_name_then_bare_options() {
     let options = Options::new(vec![("k".into(), OptionValue::U8(9))]).unwrap();
     let request = ClientRequest::CreateStream { name: Name::new("orders").unwrap(), options };
     #[rustfmt::skip]
     let expected = [
         6, b'o', b'r', b'd', b'e', b'r', b's', // Name
-        12, 0, 0, 0,                            // options length
         2, 1, 0, 0, 0, b'k',                    // key: kind 2 (string), len 1
         9, 1, 0, 0, 0, 9,                       // value: kind 9 (u8), len 1
     ];
     assert_eq!(request.encode(), expected);
     assert_eq!(ClientRequest::decode(CREATE_STREAM, &expected), Ok(request));
+    // What the SDK sends: the name alone, no options and no length for them.
+    let bare = ClientRequest::CreateStream { name: Name::new("orders").unwrap(), options: Options::empty() };
+    assert_eq!(bare.encode(), expected[..7]);
+    assert_eq!(ClientRequest::decode(CREATE_STREAM, &expected[..7]), Ok(bare));
+}
+
+#[test]
+fn options_in_replies_keep_their_length() {
+    let options = Options::new(vec![("k".into(), OptionValue::Bool(true))]).unwrap();
+    let mut prefixed = Vec::new();
+    options.write(&mut prefixed);
+    let mut bare = Vec::new();
+    options.write_bare(&mut bare);
+    assert_eq!(prefixed[..4], (bare.len() as u32).to_le_bytes());
+    assert_eq!(prefixed[4..], bare);
+    assert_eq!(Options::read(&mut Reader::new(&prefixed)), Ok(options.clone()));
+    assert_eq!(Options::read_bare(&mut Reader::new(&bare)), Ok(options));
+}
+
+/// create_user with permissions, written from the SDK's layout (`CreateUserRequest`,
+/// `WirePermissions`): flags as bytes, streams and topics as chains with "has next" bytes, the
+/// permissions behind a u32 length, options bare at the end.
+#[test]
+fn a_create_user_body_carries_sized_permissions() {
+    let mut topics = BTreeMap::new();
+    topics.insert(2, TopicPermissions { poll_messages: true, ..TopicPermissions::default() });
+    let mut streams = BTreeMap::new();
+    streams.insert(7, StreamPermissions { read_stream: true, topics, ..StreamPermissions::default() });
+    let permissions = Permissions {
+        global: GlobalPermissions { manage_servers: true, read_users: true, ..GlobalPermissions::default() },
+        streams,
+    };
+    let request = ClientRequest::CreateUser {
+        username: Name::new("ann").unwrap(),
+        password: ShortBytes::new(*b"pw").unwrap(),
+        status: 1,
+        permissions: Some(permissions),
+        options: Options::empty(),
+    };
+    #[rustfmt::skip]
+    let expected = [
+        3, b'a', b'n', b'n',            // username
+        2, b'p', b'w',                  // password
+        1,                              // status: active
+        1,                              // has_permissions
+        32, 0, 0, 0,                    // permissions length
+        1, 0, 0, 1, 0, 0, 0, 0, 0, 0,   // global: manage_servers, read_users
+        1,                              // has_streams
+        7, 0, 0, 0,                     // stream 7
+        0, 1, 0, 0, 0, 0,               // read_stream
+        1,                              // has_topics
+        2, 0, 0, 0,                     // topic 2
+        0, 0, 1, 0,                     // poll_messages
+        0,                              // no next topic
+        0,                              // no next stream
+    ];
+    assert_eq!(request.encode(), expected);
+    assert_eq!(ClientRequest::decode(CREATE_USER, &expected), Ok(request));
+
+    // Only 0 and 1 are flags, so that a decoded body re-encodes to itself.
+    let mut two = expected;
+    two[13] = 2;
+    assert_eq!(
+        ClientRequest::decode(CREATE_USER, &two),
+        Err(WireError::Invalid { offset: 13, what: "manage_servers (0 or 1)" })
+    );
+    // The length must be the permissions' bytes exactly.
+    let mut long = expected.to_vec();
+    long[9] = 33;
+    long.push(0);
+    assert_eq!(ClientRequest::decode(CREATE_USER, &long), Err(WireError::TrailingBytes { offset: 45 }));
+}
+
+#[test]
+fn permissions_list_streams_in_ascending_order_once() {
+    #[rustfmt::skip]
+    let body = [
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        1,
+        7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, // stream 7, no topics, another follows
+        5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // stream 5: out of order
+    ];
+    assert_eq!(
+        Permissions::read(&mut Reader::new(&body)),
+        Err(WireError::Invalid { offset: 23, what: "stream id (ascending, each once)" })
+    );
+}
+
+/// get_topics' reply, written from the SDK's `GetTopicsResponse`: a u32 count, then topic headers
+/// without partitions, each with its two length-prefixed option blocks.
+#[test]
+fn a_get_topics_reply_counts_its_topics() {
+    let topic = Topic {
+        id: 3,
+        created_at: 5,
+        partitions_count: 2,
+        message_expiry: 0,
+        compression: 1,
+        max_topic_size: 0,
+        size: 9,
+        messages_count: 4,
+        name: Name::new("t").unwrap(),
+        options: Options::empty(),
+        derived_options: Options::empty(),
+    };
+    #[rustfmt::skip]
+    let expected = [
+        1, 0, 0, 0,                 // topics count
+        3, 0, 0, 0,                 // id
+        5, 0, 0, 0, 0, 0, 0, 0,     // created_at
+        2, 0, 0, 0,                 // partitions_count
+        0, 0, 0, 0, 0, 0, 0, 0,     // message_expiry
+        1,                          // compression
+        0, 0, 0, 0, 0, 0, 0, 0,     // max_topic_size
+        9, 0, 0, 0, 0, 0, 0, 0,     // size
+        4, 0, 0, 0, 0, 0, 0, 0,     // messages_count
+        1, b't',                    // name
+        0, 0, 0, 0,                 // options length
+        0, 0, 0, 0,                 // derived options length
+    ];
+    assert_eq!(Topic::encode_list(std::slice::from_ref(&topic)), expected);
+    assert_eq!(Topic::decode_list(&expected), Ok(vec![topic]));
+    assert_eq!(Topic::encode_list(&[]), [0, 0, 0, 0]);
+}
+
+/// The personal access token login, written from the SDK's `LoginRegisterWithPatRequest`: the
+/// version prefix of login_register, then the token and the context.
+#[test]
+fn a_token_login_has_the_version_prefix_and_is_told_from_a_password_login() {
+    let login = LoginWithToken {
+        protocol_version: 0x2C00,
+        sdk_name: Name::new("rust-sdk").unwrap(),
+        sdk_version: Name::new("0.11").unwrap(),
+        token: ShortBytes::new(*b"tok").unwrap(),
+        context: vec![],
+    };
+    #[rustfmt::skip]
+    let expected = [
+        0x00, 0x2C, 0, 0,                                     // protocol version 0.11.0
+        8, b'r', b'u', b's', b't', b'-', b's', b'd', b'k',    // sdk name
+        4, b'0', b'.', b'1', b'1',                            // sdk version
+        3, b't', b'o', b'k',                                  // token
+        0, 0, 0, 0,                                           // context length
+    ];
+    let request = ClientRequest::LoginWithPersonalAccessToken(login.clone());
+    assert_eq!(request.encode(), expected);
+    assert_eq!(ClientRequest::decode(LOGIN_WITH_PERSONAL_ACCESS_TOKEN, &expected), Ok(request));
+    assert_eq!(decode_login(&expected), Ok(Login::Token(login)));
+
+    let password = LoginRegister {
+        protocol_version: 0x2C00,
+        sdk_name: Name::new("rust-sdk").unwrap(),
+        sdk_version: Name::new("0.11").unwrap(),
+        username: Name::new("iggy").unwrap(),
+        password: ShortBytes::new(*b"iggy").unwrap(),
+        context: vec![],
+    };
+    let body = ClientRequest::LoginRegister(password.clone()).encode();
+    assert_eq!(decode_login(&body), Ok(Login::Password(password)));
+    // Neither shape: the password shape's error.
+    assert_eq!(decode_login(&expected[..18]), Err(WireError::Short { offset: 18, needed: 1, what: "name length" }));
+}
+
+#[test]
+fn delete_consumer_offset_ends_with_an_ack() {
+    let key = ConsumerOffsetKey {
+        consumer: Consumer { kind: ConsumerKind::Consumer, id: numeric(1) },
+        stream: numeric(2),
+        topic: numeric(3),
+        partition_id: Some(0),
+    };
+    let request = ClientRequest::DeleteConsumerOffset { key: key.clone(), ack: 1 };
+    let body = request.encode();
+    assert_eq!(body.len(), 7 + 6 + 6 + 5 + 1);
+    assert_eq!(body.last(), Some(&1));
+    assert_eq!(ClientRequest::decode(DELETE_CONSUMER_OFFSET, &body), Ok(request));
+    assert_eq!(
+        ClientRequest::decode(DELETE_CONSUMER_OFFSET, &body[..body.len() - 1]),
+        Err(WireError::Short { offset: 24, needed: 1, what: "ack" })
+    );
+}
+
+#[test]
+fn user_details_without_permissions_are_four_zero_bytes() {
+    let user =
+        UserResponse { id: 1, created_at: 2, status: 1, username: Name::new("u").unwrap(), options: Options::empty() };
+    let details = UserDetails { user, permissions: None };
+    let body = details.encode();
+    assert_eq!(body[body.len() - 4..], [0, 0, 0, 0]);
+    assert_eq!(UserDetails::decode(&body), Ok(details));
+    let mut dirty = body.clone();
+    *dirty.last_mut().unwrap() = 1;
+    assert_eq!(
+        UserDetails::decode(&dirty),
+        Err(WireError::Invalid { offset: body.len() - 3, what: "no permissions (3 zero bytes after the 0 flag)" })
+    );
+}
+
+#[test]
+fn list_replies_without_members_or_groups_keep_their_counts() {
+    let group = ConsumerGroup {
+        id: 1,
+        partitions_count: 3,
+        name: Name::new("g").unwrap(),
+        members: vec![ConsumerGroupMember { id: 9, partitions: vec![0, 2] }],
+    };
+    // The single reply carries the members; the list only their count.
+    assert_eq!(ConsumerGroup::encode_list(std::slice::from_ref(&group)), [&group.encode()[..14]].concat());
+    assert_eq!(
+        ConsumerGroup::decode_list(&ConsumerGroup::encode_list(std::slice::from_ref(&group))),
+        Ok(vec![ConsumerGroupSummary { id: 1, partitions_count: 3, members_count: 1, name: Name::new("g").unwrap() }])
+    );
+    let client = ClientInfo {
+        client_id: 4,
+        user_id: 5,
+        transport: 1,
+        address: "a".into(),
+        groups: vec![GroupMembership { stream_id: 1, topic_id: 2, group_id: 3 }],
+    };
+    assert_eq!(ClientInfo::encode_list(std::slice::from_ref(&client)), client.encode()[..18]);
 }
 
 #[test]
@@ -637,38 +1126,59 @@ fn malformed_bodies_name_the_offset() {
 #[test]
 fn option_values_have_the_length_of_their_kind() {
     // A u32 value (kind 11) that says 2 bytes; the value length sits after the 2-byte name, the
-    // 4-byte options length, the 6-byte key and the value's kind.
+    // 6-byte key and the value's kind.
     #[rustfmt::skip]
-    let body = [1, b's', 12, 0, 0, 0, 2, 1, 0, 0, 0, b'k', 11, 2, 0, 0, 0, 7, 0];
+    let body = [1, b's', 2, 1, 0, 0, 0, b'k', 11, 2, 0, 0, 0, 7, 0];
     assert_eq!(
         ClientRequest::decode(CREATE_STREAM, &body),
-        Err(WireError::Invalid { offset: 13, what: "option value length for its kind" })
+        Err(WireError::Invalid { offset: 9, what: "option value length for its kind" })
     );
     // A bool is 0 or 1.
     #[rustfmt::skip]
-    let body = [1, b's', 12, 0, 0, 0, 2, 1, 0, 0, 0, b'k', 3, 1, 0, 0, 0, 2];
+    let body = [1, b's', 2, 1, 0, 0, 0, b'k', 3, 1, 0, 0, 0, 2];
     assert_eq!(
         ClientRequest::decode(CREATE_STREAM, &body),
-        Err(WireError::Invalid { offset: 17, what: "option bool value (0 or 1)" })
+        Err(WireError::Invalid { offset: 13, what: "option bool value (0 or 1)" })
     );
     // Keys are strings (kind 2).
     #[rustfmt::skip]
-    let body = [1, b's', 12, 0, 0, 0, 1, 1, 0, 0, 0, b'k', 9, 1, 0, 0, 0, 2];
+    let body = [1, b's', 1, 1, 0, 0, 0, b'k', 9, 1, 0, 0, 0, 2];
     assert_eq!(
         ClientRequest::decode(CREATE_STREAM, &body),
-        Err(WireError::Invalid { offset: 6, what: "option key kind (2, string)" })
+        Err(WireError::Invalid { offset: 2, what: "option key kind (2, string)" })
     );
+    // Every entry is 1..=255 bytes (the SDK refuses an empty or longer string).
+    #[rustfmt::skip]
+    let body = [1, b's', 2, 1, 0, 0, 0, b'k', 2, 0, 0, 0, 0];
+    assert_eq!(
+        ClientRequest::decode(CREATE_STREAM, &body),
+        Err(WireError::Invalid { offset: 9, what: "option value length (1..=255 bytes)" })
+    );
+    let empty = vec![("k".into(), OptionValue::String(String::new()))];
+    assert!(matches!(Options::new(empty), Err(WireError::Invalid { what: "option value length (1..=255 bytes)", .. })));
+    let long = vec![("k".into(), OptionValue::Raw(vec![0; 256]))];
+    assert!(matches!(Options::new(long), Err(WireError::Invalid { what: "option value length (1..=255 bytes)", .. })));
+    assert!(Options::new(vec![("k".into(), OptionValue::Raw(vec![0; 255]))]).is_ok());
 }
 
 #[test]
 fn options_are_bounded() {
     let too_long = (OPTIONS_SIZE_MAX as u32 + 1).to_le_bytes();
-    let body = [&[1, b's'][..], &too_long].concat();
+    assert_eq!(
+        Options::read(&mut Reader::new(&too_long)),
+        Err(WireError::TooLarge {
+            offset: 0,
+            what: "options length",
+            len: OPTIONS_SIZE_MAX as u64 + 1,
+            max: OPTIONS_SIZE_MAX as u64
+        })
+    );
+    let body = [&[1, b's'][..], &vec![0; OPTIONS_SIZE_MAX + 1]].concat();
     assert_eq!(
         ClientRequest::decode(CREATE_STREAM, &body),
         Err(WireError::TooLarge {
             offset: 2,
-            what: "options length",
+            what: "options size",
             len: OPTIONS_SIZE_MAX as u64 + 1,
             max: OPTIONS_SIZE_MAX as u64
         })

@@ -23,18 +23,20 @@
 use std::collections::BTreeMap;
 
 use vireo_node::metadata_plane::operation_of;
-use vireo_node::node::OPERATION_NON_REPLICATED;
+use vireo_node::node::{OPERATION_LOGOUT, OPERATION_NON_REPLICATED};
 use vireo_node::partition::request::OPERATION_SEND_MESSAGES;
 use vireo_node::ConnectionId;
 use vireo_protocol::header::{Command, Header, Message};
 use vireo_protocol::request::OPERATION_REGISTER;
 use vireo_protocol::wire::{
-    self, ClientRequest, Consumer, ConsumerKind, LoginRegister, LoginReply, MessagesKey, Name, Partitioning,
-    PollMessages, PollingKind, PollingStrategy, ResultSection, SendMessages, SendMessagesReply, ShortBytes,
+    self, ClientRequest, Consumer, ConsumerKind, CreatedPersonalAccessToken, LoginRegister, LoginReply, LoginWithToken,
+    MessagesKey, Name, Partitioning, PollMessages, PollingKind, PollingStrategy, ResultSection, SendMessages,
+    SendMessagesReply, ShortBytes,
 };
 use vireo_storage::batch::{self, BatchBuilder};
 use vireo_storage::checksum::checksum64;
 
+use crate::access::{Action, Answer, Rights};
 use crate::kafka_log::PartitionKey;
 use crate::rng::SimRng;
 
@@ -44,6 +46,44 @@ pub const REQUEST_TIMEOUT_TICKS: u64 = 300;
 pub const STREAM: u32 = 0;
 pub const TOPIC: u32 = 0;
 pub const GROUP: u32 = 0;
+
+/// Who a client logs in as: one of the workload's users, with its password and what the
+/// access checker's model says it may do on the workload's topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub username: &'static str,
+    pub password: &'static str,
+    pub rights: Rights,
+}
+
+pub const ROOT: Identity =
+    Identity { username: "iggy", password: "iggy", rights: Rights { send: true, poll: true, fixed: true } };
+/// May send to the topic, not poll it.
+pub const WRITER: Identity =
+    Identity { username: "writer", password: "writer-secret", rights: Rights { send: true, poll: false, fixed: true } };
+/// May poll the topic, not send to it.
+pub const READER: Identity =
+    Identity { username: "reader", password: "reader-secret", rights: Rights { send: false, poll: true, fixed: true } };
+/// May read the server's stats and the users, nothing on any stream.
+pub const STRANGER: Identity = Identity {
+    username: "stranger",
+    password: "stranger-secret",
+    rights: Rights { send: false, poll: false, fixed: true },
+};
+/// Its permissions flip and it is deleted and created again while it works.
+pub const TEMP: Identity =
+    Identity { username: "temp", password: "temp-secret", rights: Rights { send: true, poll: true, fixed: false } };
+
+/// The users the administrator creates, in order, after the topic.
+pub const USERS: [Identity; 4] = [WRITER, READER, STRANGER, TEMP];
+
+/// A personal access token a client made, and whether a login with it must succeed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Token {
+    name: String,
+    token: String,
+    valid: bool,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -62,10 +102,27 @@ pub struct Topology {
 
 #[derive(Clone, Debug)]
 enum Work {
-    Login,
+    /// `right`: the credentials are the user's own and valid; `token`: a token login.
+    Login {
+        right: bool,
+    },
+    Logout,
+    /// `expiry` in microseconds (0: never).
+    CreateToken {
+        name: String,
+        expiry: u64,
+    },
+    DeleteToken {
+        name: String,
+    },
     Admin(AdminStep),
-    Send { values: Vec<u128> },
-    Poll { partition: u32, from: u64 },
+    Send {
+        values: Vec<u128>,
+    },
+    Poll {
+        partition: u32,
+        from: u64,
+    },
     Join,
     Leave,
 }
@@ -80,6 +137,15 @@ enum AdminStep {
     DeleteChurnStream,
     CreateChurnGroup,
     DeleteChurnGroup,
+    CreateUser(usize),
+    /// Flips the temp user's rights on the topic (on: send and poll).
+    SetTempRights(bool),
+    DeleteTemp,
+    CreateChurnTopic,
+    UpdateChurnTopic,
+    PurgeChurnTopic,
+    PurgeChurnStream,
+    UpdateChurnStream,
 }
 
 impl AdminStep {
@@ -93,6 +159,14 @@ impl AdminStep {
             AdminStep::DeleteChurnStream => "delete_stream churn",
             AdminStep::CreateChurnGroup => "create_consumer_group churn",
             AdminStep::DeleteChurnGroup => "delete_consumer_group churn",
+            AdminStep::CreateUser(_) => "create_user",
+            AdminStep::SetTempRights(_) => "update_permissions temp",
+            AdminStep::DeleteTemp => "delete_user temp",
+            AdminStep::CreateChurnTopic => "create_topic churn",
+            AdminStep::UpdateChurnTopic => "update_topic churn",
+            AdminStep::PurgeChurnTopic => "purge_topic churn",
+            AdminStep::PurgeChurnStream => "purge_stream churn",
+            AdminStep::UpdateChurnStream => "update_stream churn",
         }
     }
 }
@@ -169,6 +243,18 @@ pub enum Observation {
         status: u32,
     },
     Disconnected,
+    Nothing,
+    /// What the front door answered this client's user (for the access checker).
+    Access {
+        user: &'static str,
+        rights: Rights,
+        action: Action,
+        answer: Answer,
+    },
+    LoggedOut,
+    TokenCreated {
+        name: String,
+    },
 }
 
 pub struct StreamClient {
@@ -176,6 +262,9 @@ pub struct StreamClient {
     /// The client id of the current login (an SDK draws a new one for every login).
     pub id: u128,
     pub role: Role,
+    pub identity: Identity,
+    tokens: Vec<Token>,
+    tokens_made: u32,
     connection: Option<(ConnectionId, u8)>,
     login: Login,
     /// The SDK's request counter: the next number a metadata command takes (from 1).
@@ -207,9 +296,11 @@ pub fn new_client_id(rng: &mut SimRng) -> u128 {
 }
 
 impl StreamClient {
-    pub fn new(index: usize, id: u128, role: Role, budget: u64, first_node: u8) -> StreamClient {
+    pub fn new(index: usize, id: u128, role: Role, identity: Identity, budget: u64, first_node: u8) -> StreamClient {
         let admin_steps = if role == Role::Admin {
-            vec![AdminStep::CreateStream, AdminStep::CreateTopic, AdminStep::CreateGroup]
+            let mut steps = vec![AdminStep::CreateStream, AdminStep::CreateTopic, AdminStep::CreateGroup];
+            steps.extend((0..USERS.len()).map(AdminStep::CreateUser));
+            steps
         } else {
             Vec::new()
         };
@@ -217,6 +308,9 @@ impl StreamClient {
             index,
             id,
             role,
+            identity,
+            tokens: Vec::new(),
+            tokens_made: 0,
             connection: None,
             login: Login::Anonymous,
             request_counter: 1,
@@ -258,10 +352,14 @@ impl StreamClient {
         if self.pending.is_some() || !self.finishing {
             return false;
         }
+        // A user whose rights race (it may be deleted for good) or who may not read has no
+        // script to finish.
+        let racing = !self.identity.rights.fixed;
         match self.role {
             Role::Admin => self.admin_steps.is_empty(),
-            Role::Producer => self.budget == 0,
+            Role::Producer => self.budget == 0 || racing,
             Role::Member => true,
+            Role::Consumer { .. } if racing || !self.identity.rights.poll => true,
             Role::Consumer { .. } => {
                 ends.iter().all(|(partition, end)| self.positions.get(partition).copied().unwrap_or(0) >= *end)
             }
@@ -297,6 +395,8 @@ impl StreamClient {
 
     fn abandon(&mut self, pending: Pending) {
         match pending.work {
+            // Deleted or not: a login with it proves nothing either way, so it is not tried.
+            Work::DeleteToken { name } => self.tokens.retain(|token| token.name != name),
             Work::Send { values } => self.observations.push(Observation::SendIndeterminate { values }),
             Work::Poll { partition, .. } => self.observations.push(Observation::PollAbandoned {
                 partition: PartitionKey { stream: STREAM, topic: TOPIC, partition },
@@ -328,10 +428,10 @@ impl StreamClient {
                 self.id = new_client_id(rng);
                 self.request_counter = 1;
                 self.login = Login::Pending;
-                let body = ClientRequest::LoginRegister(self.credentials()).encode();
+                let (body, right) = self.login_body(rng);
                 let mut header = self.request_header(OPERATION_REGISTER, 0, 0);
                 header.parent = checksum64(&body) as u128;
-                self.pending = Some(Pending { work: Work::Login, request: 0, sent_tick: tick });
+                self.pending = Some(Pending { work: Work::Login { right }, request: 0, sent_tick: tick });
                 return Some(ClientAction::Frame(Message::new(header, body).encode()));
             }
             Login::LoggedIn { .. } => {}
@@ -345,15 +445,37 @@ impl StreamClient {
         Some(ClientAction::Frame(Message::new(header, body).encode()))
     }
 
-    fn credentials(&self) -> LoginRegister {
-        LoginRegister {
-            protocol_version: 0x2C00,
-            sdk_name: Name::new("vireo-sim").expect("name"),
-            sdk_version: Name::new("0.1.0").expect("name"),
-            username: Name::new("iggy").expect("name"),
-            password: ShortBytes::new(b"iggy".to_vec()).expect("password"),
-            context: Vec::new(),
+    /// A login body: mostly the user's password, sometimes a wrong one, one of the client's
+    /// tokens (valid, expired or deleted); and whether it must succeed.
+    fn login_body(&self, rng: &mut SimRng) -> (Vec<u8>, bool) {
+        let (sdk_name, sdk_version) = (Name::new("vireo-sim").expect("name"), Name::new("0.1.0").expect("name"));
+        if !self.tokens.is_empty() && rng.chance(300_000) {
+            let token = rng.pick(&self.tokens).clone();
+            let login = LoginWithToken {
+                protocol_version: 0x2C00,
+                sdk_name,
+                sdk_version,
+                token: ShortBytes::new(token.token.into_bytes()).expect("a short token"),
+                context: Vec::new(),
+            };
+            return (ClientRequest::LoginWithPersonalAccessToken(login).encode(), token.valid);
         }
+        let right = !rng.chance(100_000);
+        let password = if right { self.identity.password } else { "not-the-password" };
+        let login = LoginRegister {
+            protocol_version: 0x2C00,
+            sdk_name,
+            sdk_version,
+            username: Name::new(self.identity.username).expect("name"),
+            password: ShortBytes::new(password.as_bytes().to_vec()).expect("password"),
+            context: Vec::new(),
+        };
+        (ClientRequest::LoginRegister(login).encode(), right)
+    }
+
+    fn access(&mut self, action: Action, answer: Answer) {
+        let (user, rights) = (self.identity.username, self.identity.rights);
+        self.observations.push(Observation::Access { user, rights, action, answer });
     }
 
     fn session(&self) -> u64 {
@@ -373,6 +495,24 @@ impl StreamClient {
     }
 
     fn next_work(&mut self, rng: &mut SimRng, topology: &Topology) -> Option<Work> {
+        if self.role != Role::Admin && rng.chance(5_000) {
+            return Some(Work::Logout);
+        }
+        if self.identity == READER && !self.finishing {
+            // A reader keeps tokens: one that lasts, one that expires at once; and deletes one
+            // now and then (a later login with it must fail).
+            if self.tokens.len() < 2 && rng.chance(50_000) {
+                self.tokens_made += 1;
+                let lasting = self.tokens.iter().all(|token| !token.valid);
+                let name = format!("r{}-{}", self.index, self.tokens_made);
+                return Some(Work::CreateToken { name, expiry: if lasting { 0 } else { 1 } });
+            }
+            if rng.chance(5_000) {
+                if let Some(token) = self.tokens.iter().find(|token| token.valid) {
+                    return Some(Work::DeleteToken { name: token.name.clone() });
+                }
+            }
+        }
         match self.role {
             Role::Admin => {
                 if self.admin_steps.is_empty() && !self.finishing && rng.chance(30_000) {
@@ -382,6 +522,15 @@ impl StreamClient {
                         AdminStep::DeleteChurnStream,
                         AdminStep::CreateChurnGroup,
                         AdminStep::DeleteChurnGroup,
+                        AdminStep::SetTempRights(true),
+                        AdminStep::SetTempRights(false),
+                        AdminStep::DeleteTemp,
+                        AdminStep::CreateUser(USERS.len() - 1),
+                        AdminStep::CreateChurnTopic,
+                        AdminStep::UpdateChurnTopic,
+                        AdminStep::PurgeChurnTopic,
+                        AdminStep::PurgeChurnStream,
+                        AdminStep::UpdateChurnStream,
                     ]);
                     if step != AdminStep::AddPartition || (topology.partitions.len() as u64) < self.budget {
                         self.admin_steps.push(step);
@@ -434,8 +583,32 @@ impl StreamClient {
             header.parent = checksum64(&body) as u128;
             (header, body)
         };
+        let churn = || wire::Identifier::Name(Name::new("churn").expect("name"));
+        let topic_rights = |send: bool, poll: bool| {
+            let mut permissions = wire::Permissions::default();
+            let mut stream = wire::StreamPermissions::default();
+            stream.topics.insert(
+                TOPIC,
+                wire::TopicPermissions { send_messages: send, poll_messages: poll, ..Default::default() },
+            );
+            permissions.streams.insert(STREAM, stream);
+            permissions
+        };
         match work {
-            Work::Login => unreachable!("built by tick"),
+            Work::Login { .. } => unreachable!("built by tick"),
+            Work::Logout => {
+                let number = self.request_counter;
+                self.request_counter += 1;
+                let mut header = self.request_header(OPERATION_LOGOUT, number, session);
+                header.parent = checksum64(&[]) as u128;
+                (header, Vec::new())
+            }
+            Work::CreateToken { name: token, expiry } => {
+                metadata(self, ClientRequest::CreatePersonalAccessToken { name: name(token), expiry: *expiry })
+            }
+            Work::DeleteToken { name: token } => {
+                metadata(self, ClientRequest::DeletePersonalAccessToken { name: name(token) })
+            }
             Work::Admin(step) => {
                 let request = match step {
                     AdminStep::CreateStream => {
@@ -468,6 +641,50 @@ impl StreamClient {
                         stream: id(STREAM),
                         topic: id(TOPIC),
                         group: wire::Identifier::Name(name("churn")),
+                    },
+                    AdminStep::CreateUser(index) => {
+                        let user = USERS[*index];
+                        let permissions = if user == STRANGER {
+                            let mut permissions = wire::Permissions::default();
+                            permissions.global.read_servers = true;
+                            permissions.global.read_users = true;
+                            permissions
+                        } else {
+                            topic_rights(user.rights.send, user.rights.poll)
+                        };
+                        ClientRequest::CreateUser {
+                            username: name(user.username),
+                            password: ShortBytes::new(user.password.as_bytes().to_vec()).expect("password"),
+                            status: 1,
+                            permissions: Some(permissions),
+                            options: wire::Options::empty(),
+                        }
+                    }
+                    AdminStep::SetTempRights(on) => ClientRequest::UpdatePermissions {
+                        user: wire::Identifier::Name(name(TEMP.username)),
+                        permissions: on.then(|| topic_rights(true, true)),
+                    },
+                    AdminStep::DeleteTemp => {
+                        ClientRequest::DeleteUser { user: wire::Identifier::Name(name(TEMP.username)) }
+                    }
+                    AdminStep::CreateChurnTopic => ClientRequest::CreateTopic {
+                        stream: churn(),
+                        partitions_count: 2,
+                        name: name("churn"),
+                        options: wire::Options::empty(),
+                    },
+                    AdminStep::UpdateChurnTopic => ClientRequest::UpdateTopic {
+                        stream: churn(),
+                        topic: churn(),
+                        name: name("churn"),
+                        options: wire::Options::empty(),
+                    },
+                    AdminStep::PurgeChurnTopic => ClientRequest::PurgeTopic { stream: churn(), topic: churn() },
+                    AdminStep::PurgeChurnStream => ClientRequest::PurgeStream { stream: churn() },
+                    AdminStep::UpdateChurnStream => ClientRequest::UpdateStream {
+                        stream: churn(),
+                        name: name("churn"),
+                        options: wire::Options::empty(),
                     },
                 };
                 metadata(self, request)
@@ -543,16 +760,28 @@ impl StreamClient {
         }
         if header.status != 0 {
             self.idle_until = tick + rng.range(5, 50);
+            let refused = Answer::Refused(header.status);
             let observation = match pending.work {
-                Work::Login => {
+                Work::Login { right } => {
                     self.login = Login::Anonymous;
+                    self.access(Action::Login { right }, refused);
                     Observation::Denied { operation: OPERATION_REGISTER, status: header.status }
                 }
-                Work::Send { values } => Observation::SendFailed { values, status: header.status },
-                Work::Poll { partition, .. } => {
+                Work::Send { values } => {
+                    self.access(Action::Send, refused);
+                    // A refused send counts against the script: a user that may not send
+                    // finishes its script all the same.
+                    self.budget = self.budget.saturating_sub(1);
+                    Observation::SendFailed { values, status: header.status }
+                }
+                Work::Poll { .. } => {
                     // Refused before any group saw it: its run goes on where it was.
-                    let _ = partition;
+                    self.access(Action::Poll, refused);
                     Observation::Denied { operation: OPERATION_NON_REPLICATED, status: header.status }
+                }
+                Work::Admin(step) => {
+                    self.admin_steps.retain(|queued| *queued != step);
+                    Observation::Admin { step: step.name(), ids: Vec::new(), status: header.status }
                 }
                 _ => Observation::Denied { operation: header.operation, status: header.status },
             };
@@ -560,9 +789,10 @@ impl StreamClient {
             return;
         }
         let observation = match pending.work {
-            Work::Login => match LoginReply::decode(&message.body) {
+            Work::Login { right } => match LoginReply::decode(&message.body) {
                 Ok(reply) if reply.session != 0 => {
                     self.login = Login::LoggedIn { session: reply.session };
+                    self.access(Action::Login { right }, Answer::Succeeded);
                     Observation::LoggedIn { session: reply.session }
                 }
                 _ => {
@@ -570,6 +800,26 @@ impl StreamClient {
                     Observation::Denied { operation: OPERATION_REGISTER, status: u32::MAX }
                 }
             },
+            Work::Logout => {
+                self.login = Login::Anonymous;
+                Observation::LoggedOut
+            }
+            Work::CreateToken { name, expiry } => {
+                let Ok((section, payload)) = ResultSection::decode_prefix(&message.body) else { return };
+                if section.is_ok() {
+                    if let Ok(created) = CreatedPersonalAccessToken::decode(payload) {
+                        let token = created.token.as_str().to_string();
+                        self.tokens.push(Token { name: name.clone(), token, valid: expiry == 0 });
+                    }
+                }
+                Observation::TokenCreated { name }
+            }
+            Work::DeleteToken { name } => {
+                if ResultSection::decode_prefix(&message.body).is_ok_and(|(section, _)| section.is_ok()) {
+                    self.tokens.iter_mut().filter(|token| token.name == name).for_each(|token| token.valid = false);
+                }
+                Observation::Nothing
+            }
             Work::Admin(step) => {
                 let (status, ids) = match ResultSection::decode_prefix(&message.body) {
                     Ok((section, payload)) => (
@@ -598,6 +848,7 @@ impl StreamClient {
                 Ok(reply) if reply.appended.len() == 1 => {
                     let appended = reply.appended[0];
                     self.budget -= 1;
+                    self.access(Action::Send, Answer::Succeeded);
                     let partition = PartitionKey { stream: STREAM, topic: TOPIC, partition: appended.partition_id };
                     Observation::SendAcked { partition, base_offset: appended.base_offset, values }
                 }
@@ -610,6 +861,7 @@ impl StreamClient {
                     });
                     return;
                 };
+                self.access(Action::Poll, Answer::Succeeded);
                 let mut messages = Vec::new();
                 let mut rest = reply.batches();
                 while !rest.is_empty() {

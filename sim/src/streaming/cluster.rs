@@ -28,8 +28,12 @@ use vireo_protocol::{Config, ReplicaEvent, Status};
 use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::WalLayout;
 
-use super::client::{new_client_id, ClientAction, Observation, Role, StreamClient, Topology, GROUP, STREAM, TOPIC};
+use super::client::{
+    new_client_id, ClientAction, Observation, Role, StreamClient, Topology, GROUP, READER, ROOT, STRANGER, STREAM,
+    TEMP, TOPIC, WRITER,
+};
 use super::scenario::StreamingScenario;
+use crate::access::AccessChecker;
 use crate::cluster::Outcome;
 use crate::disk::{DiskRequest, SimDisk, Zone};
 use crate::kafka_log::{KafkaLogChecker, PartitionKey};
@@ -42,8 +46,6 @@ use crate::sim_io::{SimEvent, SimIo};
 pub const CLUSTER: u128 = 0x0056_4952_454f_5354;
 /// Messages in flight on one inter-shard channel (to one shard of a node).
 pub const CHANNEL_MESSAGES_MAX: usize = 256;
-/// Client connections one shard holds at most.
-pub const CONNECTIONS_PER_SHARD_MAX: usize = 64;
 const CHANNEL_DELAY_NS: u64 = 5_000;
 const PREPARE_SIZE_MAX: u64 = 16 * 1024;
 const SNAPSHOT_SIZE_MAX: u64 = 4 * 1024 * 1024;
@@ -84,13 +86,23 @@ enum Event {
     },
 }
 
-/// A client connection: which client, which node and shard hold it, since which incarnation.
+/// A client connection: which client (`None`: a lurker's), which node and shard hold it, since
+/// which incarnation.
 #[derive(Clone, Copy, Debug)]
 struct SimConnection {
-    client: usize,
+    client: Option<usize>,
     node: u8,
     shard: u16,
     incarnation: u64,
+}
+
+/// Connections that never log in: opened in bursts to one node, held idle (or with a ping and a
+/// read that must be refused), then dropped. They fill the node's bounded connections.
+#[derive(Clone, Debug, Default)]
+struct Lurker {
+    /// Open connections and the status each frame sent on it must be answered with.
+    connections: BTreeMap<ConnectionId, Vec<u32>>,
+    close_tick: u64,
 }
 
 struct SimNode {
@@ -114,7 +126,10 @@ pub struct StreamingCounters {
     pub denials: u64,
     pub assignments_checked: u64,
     pub connections: u64,
+    pub connections_refused: u64,
     pub logins: u64,
+    /// Sessions the nodes opened in partition groups on their clients' behalf.
+    pub sessions_opened: u64,
 }
 
 impl SimEvent for Event {
@@ -184,7 +199,8 @@ impl NodeIo for ShardIo<'_> {
 
     fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>) {
         let Some(open) = self.connections.get(&connection) else { return };
-        let (from, to) = (Peer::Replica(self.io.node), Peer::Client(self.client_ids[open.client]));
+        let client = open.client.map_or(connection as u128, |client| self.client_ids[client]);
+        let (from, to) = (Peer::Replica(self.io.node), Peer::Client(client));
         let delays = self.io.network.route(from, to, self.io.rng, self.io.rates);
         let now = self.io.now;
         match delays.first() {
@@ -212,7 +228,9 @@ pub struct StreamingCluster {
     client_ids: Vec<u128>,
     connections: BTreeMap<ConnectionId, SimConnection>,
     connection_next: ConnectionId,
+    lurkers: Vec<Lurker>,
     pub checker: KafkaLogChecker,
+    pub access: AccessChecker,
     node_config: Vec<NodeConfig>,
     quiet: FaultRates,
     faults: bool,
@@ -323,9 +341,10 @@ impl StreamingCluster {
                     partition: partition.clone(),
                     partitions_max: 4096,
                 },
-                connections_max: CONNECTIONS_PER_SHARD_MAX,
+                connections_max: scenario.connections_per_shard_max,
                 cluster_name: "vireo-sim".to_string(),
                 roster: roster.clone(),
+                password_cost: vireo_node::metadata::PasswordCost::Test,
             })
             .collect();
         let mut clients = Vec::new();
@@ -333,6 +352,7 @@ impl StreamingCluster {
         roles.extend((0..scenario.producers).map(|_| Role::Producer));
         roles.extend((0..scenario.consumers).map(|index| Role::Consumer { committing: index % 2 == 1 }));
         roles.extend((0..scenario.members).map(|_| Role::Member));
+        let first_consumer = 1 + scenario.producers as usize;
         for (index, role) in roles.into_iter().enumerate() {
             let budget = match role {
                 Role::Admin => scenario.partitions_max as u64,
@@ -341,7 +361,18 @@ impl StreamingCluster {
                 Role::Consumer { .. } => 0,
             };
             let first_node = (index % n as usize) as u8;
-            let mut client = StreamClient::new(index, new_client_id(&mut rng), role, budget, first_node);
+            // Producers and consumers log in as every kind of user, root most often.
+            let identity = match role {
+                // The first consumer reads every partition from 0: the run's witness of what the
+                // log holds (others may be forbidden, or skip with auto-commit).
+                Role::Admin | Role::Member | Role::Consumer { committing: false } if index == first_consumer => ROOT,
+                Role::Admin | Role::Member => ROOT,
+                // The first producer may send: every run moves data.
+                Role::Producer if index == 1 => *rng.pick(&[ROOT, WRITER]),
+                Role::Producer => *rng.pick(&[ROOT, WRITER, READER, STRANGER, TEMP]),
+                Role::Consumer { .. } => *rng.pick(&[ROOT, ROOT, READER, READER, WRITER, STRANGER, TEMP]),
+            };
+            let mut client = StreamClient::new(index, new_client_id(&mut rng), role, identity, budget, first_node);
             client.initial_partitions = scenario.partitions;
             clients.push(client);
         }
@@ -361,7 +392,9 @@ impl StreamingCluster {
             client_ids,
             connections: BTreeMap::new(),
             connection_next: 1,
+            lurkers: Vec::new(),
             checker: KafkaLogChecker::new(),
+            access: AccessChecker::new(),
             node_config,
             faults,
             liveness_started_tick: None,
@@ -374,6 +407,7 @@ impl StreamingCluster {
             topology: Topology::default(),
         };
         cluster.network.faults_enabled = faults;
+        cluster.lurkers = vec![Lurker::default(); cluster.scenario.lurkers as usize];
         for node in 0..n {
             cluster.start_node(node).expect("a node that just opened has committed nothing to disagree on");
         }
@@ -463,6 +497,11 @@ impl StreamingCluster {
             let node = &mut self.nodes[index as usize];
             let Some(event) = node.shards.get_mut(shard as usize).and_then(Node::poll_event) else { return Ok(()) };
             let NodeEvent::Replica(ShardEvent { namespace, event }) = event else {
+                match event {
+                    NodeEvent::ConnectionRefused { .. } => self.counters.connections_refused += 1,
+                    NodeEvent::SessionOpened { .. } => self.counters.sessions_opened += 1,
+                    _ => {}
+                }
                 self.trace_node_event(index, shard, &event);
                 continue;
             };
@@ -577,7 +616,7 @@ impl StreamingCluster {
                 self.connection_next += 1;
                 let shard = (connection % self.scenario.shards as u64) as u16;
                 let incarnation = self.nodes[node as usize].incarnation;
-                self.connections.insert(connection, SimConnection { client: index, node, shard, incarnation });
+                self.connections.insert(connection, SimConnection { client: Some(index), node, shard, incarnation });
                 self.counters.connections += 1;
                 self.clients[index].connected(connection, node);
                 self.log(|| format!("c{index} connected to n{node}/s{shard} as connection {connection}"));
@@ -623,7 +662,9 @@ impl StreamingCluster {
         let dropped: Vec<ConnectionId> = self
             .connections
             .iter()
-            .filter(|(id, open)| self.clients[open.client].connection().map(|(held, _)| held) != Some(**id))
+            .filter(|(id, open)| {
+                open.client.is_some_and(|client| self.clients[client].connection().map(|(held, _)| held) != Some(**id))
+            })
             .map(|(id, _)| *id)
             .collect();
         for connection in dropped {
@@ -635,14 +676,20 @@ impl StreamingCluster {
     /// both ends learn it once.
     fn on_connection_closed(&mut self, connection: ConnectionId) -> Result<(), String> {
         let Some(open) = self.connections.remove(&connection) else { return Ok(()) };
-        self.log(|| format!("connection {connection} of c{} to n{} closed", open.client, open.node));
+        self.log(|| format!("connection {connection} to n{} closed", open.node));
         if self.nodes[open.node as usize].incarnation == open.incarnation {
             with_node!(self, open.node, open.shard, |target, io| target.on_connection_closed(&mut io, connection));
         }
-        if self.clients[open.client].connection().map(|(held, _)| held) == Some(connection) {
-            let nodes = self.scenario.core.replica_count;
-            self.clients[open.client].disconnected(nodes);
-            self.take_observations(open.client)?;
+        match open.client {
+            Some(client) if self.clients[client].connection().map(|(held, _)| held) == Some(connection) => {
+                let nodes = self.scenario.core.replica_count;
+                self.clients[client].disconnected(nodes);
+                self.take_observations(client)?;
+            }
+            Some(_) => {}
+            None => self.lurkers.iter_mut().for_each(|lurker| {
+                lurker.connections.remove(&connection);
+            }),
         }
         Ok(())
     }
@@ -697,6 +744,10 @@ impl StreamingCluster {
                     });
                     self.checker.consumer_reset(actor, partition);
                 }
+                Observation::Access { user, rights, action, answer } => {
+                    self.access.observe(actor, user, rights, action, answer).map_err(|anomaly| anomaly.to_string())?;
+                }
+                Observation::Nothing => {}
                 Observation::LoggedIn { session } => {
                     self.counters.logins += 1;
                     self.log(|| format!("c{index} logged in session={session}"));
@@ -711,6 +762,78 @@ impl StreamingCluster {
             }
         }
         Ok(())
+    }
+
+    /// Lurkers open their bursts of connections, send on some what must be refused or answered
+    /// without a login, and drop them when their time is up.
+    fn lurk(&mut self) -> Result<(), String> {
+        for index in 0..self.lurkers.len() {
+            if !self.lurkers[index].connections.is_empty() {
+                if self.tick >= self.lurkers[index].close_tick || self.liveness_started_tick.is_some() {
+                    for connection in self.lurkers[index].connections.keys() {
+                        self.queue.push(self.now, Event::ConnectionClosed { connection: *connection });
+                    }
+                }
+                continue;
+            }
+            if self.liveness_started_tick.is_some() || !self.rng.chance(20_000) {
+                continue;
+            }
+            let node = self.rng.below(self.nodes.len() as u64) as u8;
+            if !self.node_up(node) {
+                continue;
+            }
+            let burst = self.rng.range(1, 8);
+            self.lurkers[index].close_tick = self.tick + self.rng.range(50, 400);
+            for _ in 0..burst {
+                let connection = self.connection_next;
+                self.connection_next += 1;
+                let shard = (connection % self.scenario.shards as u64) as u16;
+                let incarnation = self.nodes[node as usize].incarnation;
+                self.connections.insert(connection, SimConnection { client: None, node, shard, incarnation });
+                let mut frames = Vec::new();
+                // A ping is answered before any login; a read or a command is refused (40).
+                let (code, operation, expected) = match self.rng.below(4) {
+                    0 => (vireo_protocol::wire::command::PING, vireo_node::node::OPERATION_NON_REPLICATED, 0),
+                    1 => (vireo_protocol::wire::command::GET_STREAMS, vireo_node::node::OPERATION_NON_REPLICATED, 40),
+                    2 => (0, vireo_node::partition::request::OPERATION_SEND_MESSAGES, 40),
+                    _ => (u32::MAX, 0, 0),
+                };
+                if code != u32::MAX {
+                    let mut header = Header::new(Command::Request, 0, 0);
+                    header.client = connection as u128 | 1 << 100;
+                    header.operation = operation;
+                    header.command_code = code;
+                    header.request = 1;
+                    frames.push(vireo_protocol::Message::new(header, Vec::new()).encode());
+                }
+                self.lurkers[index].connections.insert(connection, frames.iter().map(|_| expected).collect());
+                with_node!(self, node, shard, |target, io| target.on_connection_opened(&mut io, connection));
+                for frame in frames {
+                    self.queue.push(self.now + 1_000, Event::ClientFrame { connection, bytes: frame });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A lurker's frame was answered: with exactly the status it had to be.
+    fn on_lurker_reply(&mut self, connection: ConnectionId, bytes: &[u8]) -> Result<(), String> {
+        let Ok(header) = Header::decode(bytes) else {
+            return Err(format!("connection {connection}: a reply that does not decode"));
+        };
+        let Some(lurker) = self.lurkers.iter_mut().find(|lurker| lurker.connections.contains_key(&connection)) else {
+            return Ok(());
+        };
+        let expected = lurker.connections.get_mut(&connection).expect("found").pop();
+        match expected {
+            Some(status) if status == header.status => Ok(()),
+            Some(status) => Err(format!(
+                "access: a connection that never logged in got status {} where {status} was due (operation {})",
+                header.status, header.operation
+            )),
+            None => Err(format!("connection {connection}: a reply to nothing it sent")),
+        }
     }
 
     fn trace_node_event(&mut self, index: u8, shard: u16, event: &NodeEvent) {
@@ -790,6 +913,7 @@ impl StreamingCluster {
             self.maybe_crash(index);
         }
         self.refresh_topology();
+        self.lurk()?;
         let nodes = self.scenario.core.replica_count;
         for index in 0..self.clients.len() {
             let action = self.clients[index].tick(self.tick, &mut self.rng, &self.topology, nodes);
@@ -856,9 +980,13 @@ impl StreamingCluster {
             Event::ToClient { connection, bytes } => {
                 let Some(open) = self.connections.get(&connection).copied() else { return Ok(()) };
                 self.hash(&[9, connection, checksum64(&bytes)]);
-                if self.clients[open.client].connection().map(|(held, _)| held) == Some(connection) {
-                    self.clients[open.client].on_frame(&bytes, self.tick, &mut self.rng);
-                    self.take_observations(open.client)?;
+                match open.client {
+                    Some(client) if self.clients[client].connection().map(|(held, _)| held) == Some(connection) => {
+                        self.clients[client].on_frame(&bytes, self.tick, &mut self.rng);
+                        self.take_observations(client)?;
+                    }
+                    Some(_) => {}
+                    None => self.on_lurker_reply(connection, &bytes)?,
                 }
             }
             Event::ConnectionClosed { connection } => {

@@ -23,6 +23,10 @@ pub struct StreamingScenario {
     /// Send requests each producer makes.
     pub sends_per_producer: u64,
     pub rolling_restart_ticks: Option<u64>,
+    /// Clients that open bursts of connections and never log in.
+    pub lurkers: u8,
+    /// Client connections one shard of a node holds; small in some runs, so lurkers fill it.
+    pub connections_per_shard_max: usize,
 }
 
 impl StreamingScenario {
@@ -59,6 +63,11 @@ impl StreamingScenario {
             members,
             sends_per_producer: overrides.requests.unwrap_or(rng.range(20, 120)),
             rolling_restart_ticks: overrides.rolling_restart_ticks,
+            lurkers: rng.range(0, 2) as u8,
+            // Small in some runs: room for every client on any one shard, so that only lurkers'
+            // bursts fill it (a bound that starves clients forever would fail liveness, not the
+            // node).
+            connections_per_shard_max: if rng.chance(300_000) { clients + 1 } else { 64 },
             core,
         }
     }
@@ -69,7 +78,7 @@ impl fmt::Display for StreamingScenario {
         write!(
             f,
             "workload=streaming nodes={} shards={} partitions={}..{} producers={} consumers={} members={} \
-             sends_per_producer={} | {}",
+             lurkers={} connections_per_shard={} sends_per_producer={} | {}",
             self.core.replica_count,
             self.shards,
             self.partitions,
@@ -77,6 +86,8 @@ impl fmt::Display for StreamingScenario {
             self.producers,
             self.consumers,
             self.members,
+            self.lurkers,
+            self.connections_per_shard_max,
             self.sends_per_producer,
             self.core
         )
