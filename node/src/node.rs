@@ -393,10 +393,11 @@ impl Node {
         let mut tap = ReplyTap { io: &mut *io, replies: Vec::new() };
         action(&mut self.shard, &mut tap);
         let replies = std::mem::take(&mut tap.replies);
+        // The groups' events first: a reply follows the commit that made it.
+        self.drain_shard_events();
         for reply in replies {
             self.route_client_reply(io, reply);
         }
-        self.drain_shard_events();
         if publish && self.shard_index() == 0 {
             self.publish(io);
         }

@@ -84,3 +84,41 @@ fn trace_of_a_send_a_poll_and_a_rebalance() {
     insta::assert_snapshot!("streaming_poll", story("operation=2 code=100", "polled").join("\n"));
     insta::assert_snapshot!("streaming_join", story("operation=148", "Membership").join("\n"));
 }
+
+/// Runs the first `seeds` streaming seeds with a planted bug; returns those that failed, with
+/// their exit codes and messages.
+fn sweep_with(bug: Bug, seeds: u64) -> Vec<(u64, i32, String)> {
+    install_panic_hook();
+    (0..seeds)
+        .filter_map(|seed| {
+            let report = run_seed(seed, &streaming(), Some(bug));
+            (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
+        })
+        .collect()
+}
+
+/// A front door that admits a send without the send permission is caught by the streaming
+/// sweep: a user that may not send (reader, stranger) gets a send through.
+#[test]
+fn a_skipped_send_permission_check_is_caught_by_the_sweep() {
+    let caught = sweep_with(Bug::SkipSendPermission, 50);
+    println!("skipped send permission: caught by {} of 50 seeds", caught.len());
+    assert!(caught.len() >= 5, "caught by {} of 50 seeds", caught.len());
+    for (seed, code, message) in caught {
+        assert_eq!(code, 129, "seed {seed}: {message}");
+        assert!(message.contains("succeeded without permission"), "seed {seed}: {message}");
+    }
+}
+
+/// A login that takes any password is caught by the streaming sweep: clients now and then log
+/// in with a wrong one, which must always be refused.
+#[test]
+fn a_login_that_accepts_any_password_is_caught_by_the_sweep() {
+    let caught = sweep_with(Bug::AcceptAnyPassword, 50);
+    println!("login accepting any password: caught by {} of 50 seeds", caught.len());
+    assert!(caught.len() >= 5, "caught by {} of 50 seeds", caught.len());
+    for (seed, code, message) in caught {
+        assert_eq!(code, 129, "seed {seed}: {message}");
+        assert!(message.contains("wrong password"), "seed {seed}: {message}");
+    }
+}

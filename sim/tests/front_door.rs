@@ -1,0 +1,604 @@
+//! The node's front door as conversations: one node of two shards, the real `Node` on a quiet
+//! simulated disk, and a client that sends exactly the SDK's bytes on one connection. What the
+//! node does with each frame (connection, login, admission, the shard that owns the group, the
+//! group, the reply) is the story these tests tell and check.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token};
+use vireo_node::metadata::PasswordCost;
+use vireo_node::metadata_plane::operation_of;
+use vireo_node::node::{Node, NodeConfig, NodeEvent, OPERATION_LOGOUT, OPERATION_NON_REPLICATED};
+use vireo_node::partition::request::{
+    OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
+};
+use vireo_node::shard::ShardConfig;
+use vireo_node::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
+use vireo_protocol::header::{Command, Header, Message};
+use vireo_protocol::request::OPERATION_REGISTER;
+use vireo_protocol::wire::{
+    self, command, ClientRequest, Consumer, ConsumerKind, ConsumerOffsetKey, Identifier, LoginRegister, LoginWithToken,
+    Name, Options, Partitioning, PollMessages, PollingKind, PollingStrategy, SendMessages, ShortBytes,
+};
+use vireo_protocol::{Config, ReplicaEvent};
+use vireo_sim::disk::{DiskRequest, SimDisk};
+use vireo_sim::rng::SimRng;
+use vireo_sim::scenario::FaultRates;
+use vireo_storage::batch::BatchBuilder;
+use vireo_storage::checksum::checksum64;
+use vireo_storage::layout::WalLayout;
+
+const SHARDS: u16 = 2;
+const CONNECTION: ConnectionId = 7;
+
+/// What one shard asked for while it ran, carried out by the world afterwards.
+#[derive(Default)]
+struct Asks {
+    disk: Vec<(Token, DiskRequest)>,
+    shard_messages: Vec<(u16, ShardMessage)>,
+    to_client: Vec<Vec<u8>>,
+    closed: bool,
+}
+
+struct ShardIo<'a> {
+    now: u64,
+    shard: u16,
+    disk: &'a mut SimDisk,
+    rng: &'a mut SimRng,
+    asks: &'a mut Asks,
+}
+
+impl Io for ShardIo<'_> {
+    fn now(&self) -> u64 {
+        self.now
+    }
+    fn send(&mut self, to: Peer, _message: Vec<u8>) {
+        panic!("a one-node cluster sends nothing to {to}");
+    }
+    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
+        self.asks.disk.push((token, DiskRequest::Read { file, offset, len }));
+    }
+    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+        let id = self.disk.submit_write(file, offset, bytes);
+        self.asks.disk.push((token, DiskRequest::Write { id }));
+    }
+    fn sync(&mut self, file: FileId, token: Token) {
+        let upto = self.disk.sync_point();
+        self.asks.disk.push((token, DiskRequest::Sync { file, upto }));
+    }
+    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
+        self.asks.disk.push((token, DiskRequest::Truncate { file, len }));
+    }
+    fn remove(&mut self, file: FileId, token: Token) {
+        self.asks.disk.push((token, DiskRequest::Remove { file }));
+    }
+    fn list(&mut self, namespace: Namespace, token: Token) {
+        self.asks.disk.push((token, DiskRequest::List { namespace }));
+    }
+    fn random(&mut self) -> u64 {
+        self.rng.next_u64()
+    }
+}
+
+impl NodeIo for ShardIo<'_> {
+    fn send_to_shard(&mut self, shard: u16, message: ShardMessage) -> Result<(), ChannelFull> {
+        assert_ne!(shard, self.shard);
+        self.asks.shard_messages.push((shard, message));
+        Ok(())
+    }
+    fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>) {
+        assert_eq!(connection, CONNECTION);
+        self.asks.to_client.push(frame);
+    }
+    fn close_connection(&mut self, _connection: ConnectionId) {
+        self.asks.closed = true;
+    }
+}
+
+enum Work {
+    Disk { shard: u16, token: Token, request: DiskRequest },
+    Shard { shard: u16, message: ShardMessage },
+}
+
+/// One node of `SHARDS` shards; the client's connection is held by shard 1 (so every metadata
+/// request crosses to shard 0, and partitions live on either).
+struct World {
+    shards: Vec<Node>,
+    disk: SimDisk,
+    rng: SimRng,
+    rates: FaultRates,
+    now: u64,
+    work: VecDeque<Work>,
+    replies: VecDeque<Vec<u8>>,
+    pub story: Vec<String>,
+    client: u128,
+    session: u64,
+    request: u64,
+}
+
+impl World {
+    fn new() -> World {
+        let mut config = Config::new(0x5649, 1);
+        config.prepare_size_max = 64 * 1024;
+        config.journal_slots = 64;
+        config.snapshot_size_max = 4 << 20;
+        let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
+        let mut world = World {
+            shards: Vec::new(),
+            disk: SimDisk::new(layout, None),
+            rng: SimRng::new(1),
+            rates: FaultRates::none(),
+            now: 1_000_000,
+            work: VecDeque::new(),
+            replies: VecDeque::new(),
+            story: Vec::new(),
+            // An SDK draws its client id before it connects.
+            client: 0x5eed_0001,
+            session: 0,
+            request: 1,
+        };
+        for shard in 0..SHARDS {
+            let node_config = NodeConfig {
+                shard: ShardConfig {
+                    node: 0,
+                    shard,
+                    shards: SHARDS,
+                    metadata: config.clone(),
+                    partition: config.clone(),
+                    partitions_max: 64,
+                },
+                connections_max: 4,
+                cluster_name: "front-door".into(),
+                roster: Vec::new(),
+                password_cost: PasswordCost::Test,
+            };
+            let node = world.with_io(shard, |io| Node::open(node_config, io));
+            world.shards.push(node);
+        }
+        world.settle();
+        let node = &mut world.shards[1];
+        let mut asks = Asks::default();
+        let mut io = ShardIo { now: world.now, shard: 1, disk: &mut world.disk, rng: &mut world.rng, asks: &mut asks };
+        node.on_connection_opened(&mut io, CONNECTION);
+        world.absorb(1, asks);
+        world.settle();
+        world.story.clear();
+        world
+    }
+
+    fn with_io<T>(&mut self, shard: u16, action: impl FnOnce(&mut ShardIo) -> T) -> T {
+        let mut asks = Asks::default();
+        let mut io = ShardIo { now: self.now, shard, disk: &mut self.disk, rng: &mut self.rng, asks: &mut asks };
+        let result = action(&mut io);
+        self.absorb(shard, asks);
+        result
+    }
+
+    fn absorb(&mut self, shard: u16, asks: Asks) {
+        assert!(!asks.closed, "the node closed the connection");
+        for (token, request) in asks.disk {
+            self.work.push_back(Work::Disk { shard, token, request });
+        }
+        for (to, message) in asks.shard_messages {
+            self.work.push_back(Work::Shard { shard: to, message });
+        }
+        self.replies.extend(asks.to_client);
+    }
+
+    /// Runs one input on a shard, then tells the story of what its node did.
+    fn run(&mut self, shard: u16, action: impl FnOnce(&mut Node, &mut ShardIo)) {
+        let mut asks = Asks::default();
+        let node = &mut self.shards[shard as usize];
+        let mut io = ShardIo { now: self.now, shard, disk: &mut self.disk, rng: &mut self.rng, asks: &mut asks };
+        action(node, &mut io);
+        while let Some(event) = node.poll_event() {
+            if let Some(line) = tell(shard, &event) {
+                self.story.push(line);
+            }
+        }
+        self.absorb(shard, asks);
+    }
+
+    /// Carries out every ask until nothing is left, with a tick now and then.
+    fn settle(&mut self) {
+        for step in 0..100_000 {
+            let Some(work) = self.work.pop_front() else {
+                return;
+            };
+            self.now += 10_000;
+            match work {
+                Work::Disk { shard, token, request } => {
+                    let completion: Completion = self.disk.carry_out(request, token, &mut self.rng, &self.rates);
+                    self.run(shard, |node, io| node.on_completion(io, completion));
+                }
+                Work::Shard { shard, message } => self.run(shard, |node, io| node.on_shard_message(io, message)),
+            }
+            if step % 64 == 63 {
+                for shard in 0..SHARDS {
+                    self.run(shard, |node, io| node.tick(io));
+                }
+            }
+        }
+        panic!("the node did not settle");
+    }
+
+    /// Sends one frame as the SDK would and returns the node's answer (its header and body).
+    fn ask(&mut self, header: Header, body: Vec<u8>) -> (Header, Vec<u8>) {
+        let frame = Message::new(header, body).encode();
+        self.story.push(format!(
+            "client -> connection {CONNECTION}: request={} operation={}{}",
+            header.request,
+            header.operation,
+            if header.command_code != 0 { format!(" code={}", header.command_code) } else { String::new() }
+        ));
+        self.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frame));
+        for _ in 0..50 {
+            self.settle();
+            if let Some(reply) = self.replies.pop_front() {
+                let message = Message::decode(&reply, true).expect("a whole reply");
+                self.story.push(format!(
+                    "client <- {}: request={} operation={} status={} body={}B",
+                    message.header.command.name(),
+                    message.header.request,
+                    message.header.operation,
+                    message.header.status,
+                    message.body.len()
+                ));
+                return (message.header, message.body);
+            }
+            // Waiting on a timer (a re-send): let time pass.
+            self.now += 10_000_000;
+            for shard in 0..SHARDS {
+                self.run(shard, |node, io| node.tick(io));
+            }
+        }
+        panic!("no answer to request {} operation {}", header.request, header.operation);
+    }
+
+    fn header(&self, operation: u8, request: u64) -> Header {
+        let mut header = Header::new(Command::Request, 0, 0);
+        header.client = self.client;
+        header.operation = operation;
+        header.request = request;
+        header.session = self.session;
+        header
+    }
+
+    fn login(&mut self, username: &str, password: &str) -> (Header, Vec<u8>) {
+        self.client = (self.rng.next_u64() as u128) << 64 | 1;
+        self.session = 0;
+        self.request = 1;
+        let login = LoginRegister {
+            protocol_version: 0x2C00,
+            sdk_name: Name::new("test").unwrap(),
+            sdk_version: Name::new("0").unwrap(),
+            username: Name::new(username).unwrap(),
+            password: ShortBytes::new(password.as_bytes().to_vec()).unwrap(),
+            context: Vec::new(),
+        };
+        let body = ClientRequest::LoginRegister(login).encode();
+        let mut header = self.header(OPERATION_REGISTER, 0);
+        header.parent = checksum64(&body) as u128;
+        let (reply, body) = self.ask(header, body);
+        if reply.status == 0 {
+            self.session = wire::LoginReply::decode(&body).expect("a login reply").session;
+        }
+        (reply, body)
+    }
+
+    /// Sends `request` framed as the SDK frames its command code.
+    fn command(&mut self, request: ClientRequest) -> (Header, Vec<u8>) {
+        let code = request.command_code();
+        let body = request.encode();
+        let header = match code {
+            command::SEND_MESSAGES => self.header(OPERATION_SEND_MESSAGES, self.request),
+            command::STORE_CONSUMER_OFFSET => self.header(OPERATION_STORE_CONSUMER_OFFSET, self.request),
+            command::DELETE_CONSUMER_OFFSET => self.header(OPERATION_DELETE_CONSUMER_OFFSET, self.request),
+            command::LOGOUT => {
+                self.request += 1;
+                self.header(OPERATION_LOGOUT, self.request - 1)
+            }
+            _ => match operation_of(code) {
+                Some(operation) => {
+                    self.request += 1;
+                    let mut header = self.header(operation, self.request - 1);
+                    header.parent = checksum64(&body) as u128;
+                    header
+                }
+                None => {
+                    let mut header = self.header(OPERATION_NON_REPLICATED, self.request);
+                    header.command_code = code;
+                    header
+                }
+            },
+        };
+        self.ask(header, body)
+    }
+}
+
+/// One line of the story for what a node did (commits of groups, not their every step).
+fn tell(shard: u16, event: &NodeEvent) -> Option<String> {
+    let group = |namespace: Namespace| {
+        if namespace.is_metadata() {
+            "metadata".to_string()
+        } else {
+            let (stream, topic, partition) = namespace.unpack();
+            format!("partition {stream}/{topic}/{partition}")
+        }
+    };
+    Some(format!(
+        "  s{shard} {}",
+        match event {
+            NodeEvent::Replica(shard_event) => match shard_event.event {
+                ReplicaEvent::Committed { op, .. } => format!("{} committed op {op}", group(shard_event.namespace)),
+                _ => return None,
+            },
+            NodeEvent::ConnectionOpened { connection } => format!("connection {connection} opened"),
+            NodeEvent::ConnectionRefused { connection } => format!("connection {connection} refused"),
+            NodeEvent::ConnectionClosed { connection } => format!("connection {connection} closed"),
+            NodeEvent::Malformed { connection } => format!("connection {connection}: malformed frame"),
+            NodeEvent::LoginVerified { user_id, .. } => format!("login verified: user {user_id}; register -> metadata"),
+            NodeEvent::Admitted { request, operation, group: to, shard, .. } => {
+                format!("admitted request={request} operation={operation} -> {} on s{shard}", group(*to))
+            }
+            NodeEvent::SessionOpening { group: to, .. } => format!("opening the client's session in {}", group(*to)),
+            NodeEvent::SessionOpened { group: to, session, .. } => format!("session {session} in {}", group(*to)),
+            NodeEvent::Denied { request, operation, status, .. } => {
+                format!("denied request={request} operation={operation} status={status}")
+            }
+            NodeEvent::Answered { request, operation, status, .. } => {
+                format!("reply request={request} operation={operation} status={status}")
+            }
+        }
+    ))
+}
+
+fn id(value: u32) -> Identifier {
+    Identifier::Numeric(value)
+}
+
+fn name(text: &str) -> Name {
+    Name::new(text).unwrap()
+}
+
+/// A writer may send to topic 0/0 and nothing else.
+fn writer_permissions() -> wire::Permissions {
+    let mut permissions = wire::Permissions::default();
+    let mut stream = wire::StreamPermissions::default();
+    stream.topics.insert(0, wire::TopicPermissions { send_messages: true, ..Default::default() });
+    permissions.streams.insert(0, stream);
+    permissions
+}
+
+fn setup(world: &mut World) {
+    assert_eq!(world.login("iggy", "iggy").0.status, 0);
+    for request in [
+        ClientRequest::CreateStream { name: name("orders"), options: Options::empty() },
+        ClientRequest::CreateTopic {
+            stream: id(0),
+            partitions_count: 2,
+            name: name("events"),
+            options: Options::empty(),
+        },
+        ClientRequest::CreateUser {
+            username: name("writer"),
+            password: ShortBytes::new(b"writer-secret".to_vec()).unwrap(),
+            status: 1,
+            permissions: Some(writer_permissions()),
+            options: Options::empty(),
+        },
+    ] {
+        let (reply, body) = world.command(request);
+        assert_eq!(reply.status, 0);
+        assert_eq!(wire::ResultSection::decode_prefix(&body).unwrap().0, wire::ResultSection::ok());
+    }
+}
+
+fn send(partition: u32, values: &[u128]) -> ClientRequest {
+    let mut batch = BatchBuilder::new();
+    for value in values {
+        batch.push(*value, b"payload", &[]);
+    }
+    let send = SendMessages::new(id(0), id(0), Partitioning::PartitionId(partition), batch.finish(0)).unwrap();
+    ClientRequest::SendMessages(send)
+}
+
+fn poll(partition: u32) -> ClientRequest {
+    ClientRequest::PollMessages(PollMessages {
+        consumer: Consumer { kind: ConsumerKind::Consumer, id: id(1) },
+        stream: id(0),
+        topic: id(0),
+        partition_id: Some(partition),
+        strategy: PollingStrategy { kind: PollingKind::Offset, value: 0 },
+        count: 10,
+        auto_commit: false,
+    })
+}
+
+/// Login, a send and a denied poll by a user that may send but not poll: the path of each
+/// through the node (connection, admission, the owning shard, the group, the reply).
+#[test]
+fn a_login_a_send_and_a_denied_poll() {
+    let mut world = World::new();
+    setup(&mut world);
+    world.story.clear();
+    let (login, _) = world.login("writer", "writer-secret");
+    assert_eq!(login.status, 0);
+    let (sent, body) = world.command(send(1, &[41, 42]));
+    assert_eq!(sent.status, 0);
+    let appended = wire::SendMessagesReply::decode(&body).unwrap().appended;
+    assert_eq!((appended[0].partition_id, appended[0].base_offset), (1, 0));
+    let (polled, _) = world.command(poll(1));
+    assert_eq!(polled.status, 41, "unauthorized");
+    insta::assert_snapshot!("front_door_login_send_denied_poll", world.story.join("\n"));
+}
+
+/// Refusals the front door makes itself, each with the reference's code, and a connection past
+/// the shard's bound closed at once.
+#[test]
+fn refusals_carry_the_reference_codes() {
+    let mut world = World::new();
+    // Nothing but ping before a login.
+    let (pong, _) = world.command(ClientRequest::Ping);
+    assert_eq!(pong.status, 0);
+    assert_eq!(world.command(ClientRequest::GetStreams).0.status, 40);
+    setup(&mut world);
+    assert_eq!(world.login("writer", "wrong").0.status, 42, "invalid credentials");
+    assert_eq!(world.login("nobody", "x").0.status, 42, "an unknown user looks like a wrong password");
+    assert_eq!(world.login("writer", "writer-secret").0.status, 0);
+    assert_eq!(world.command(ClientRequest::GetStreams).0.status, 41, "the writer may not list streams");
+    let (missing, _) = world.command(ClientRequest::GetTopic { stream: id(9), topic: id(0) });
+    assert_eq!(missing.status, 1009, "stream not found");
+    assert_eq!(world.command(ClientRequest::CreateStream { name: name("x"), options: Options::empty() }).1, {
+        let mut section = Vec::new();
+        wire::ResultSection { entries: vec![wire::ResultEntry { index: 0, result: 41 }] }.write(&mut section);
+        section
+    });
+    let token_login = LoginWithToken {
+        protocol_version: 0x2C00,
+        sdk_name: name("test"),
+        sdk_version: name("0"),
+        token: ShortBytes::new(b"no-such-token".to_vec()).unwrap(),
+        context: Vec::new(),
+    };
+    let body = ClientRequest::LoginWithPersonalAccessToken(token_login).encode();
+    world.client += 2;
+    world.session = 0;
+    let (refused, _) = world.ask(world.header(OPERATION_REGISTER, 0), body);
+    assert_eq!(refused.status, 53, "invalid personal access token");
+    // The shard holds at most 4 connections: the fifth is closed at once.
+    let mut refused_at = None;
+    for connection in 100..104 {
+        let mut asks = Asks::default();
+        let node = &mut world.shards[1];
+        let mut io = ShardIo { now: world.now, shard: 1, disk: &mut world.disk, rng: &mut world.rng, asks: &mut asks };
+        node.on_connection_opened(&mut io, connection);
+        if asks.closed {
+            refused_at.get_or_insert(connection);
+        }
+    }
+    assert_eq!(refused_at, Some(103), "one connection open already, three more fit");
+}
+
+/// Every command code of `PROTOCOL.md` goes through the node and is answered, none as an
+/// unknown command (but get_snapshot_file, which the reference answers so).
+#[test]
+fn every_command_code_is_answered() {
+    let mut world = World::new();
+    setup(&mut world);
+    let token_login = |token: &[u8]| LoginWithToken {
+        protocol_version: 0x2C00,
+        sdk_name: name("test"),
+        sdk_version: name("0"),
+        token: ShortBytes::new(token.to_vec()).unwrap(),
+        context: Vec::new(),
+    };
+    let key = |partition: u32| ConsumerOffsetKey {
+        consumer: Consumer { kind: ConsumerKind::Consumer, id: id(1) },
+        stream: id(0),
+        topic: id(0),
+        partition_id: Some(partition),
+    };
+    let mut answered = BTreeMap::new();
+    let requests = vec![
+        ClientRequest::Ping,
+        ClientRequest::GetStats,
+        ClientRequest::GetSnapshotFile { compression: 1, types: vec![1] },
+        ClientRequest::GetClusterMetadata,
+        ClientRequest::DescribeOptions { scope: 1 },
+        ClientRequest::GetMe,
+        ClientRequest::GetClient { client_id: CONNECTION as u32 },
+        ClientRequest::GetClients,
+        ClientRequest::GetUser { user: Identifier::Name(name("writer")) },
+        ClientRequest::GetUsers,
+        ClientRequest::CreateUser {
+            username: name("temp"),
+            password: ShortBytes::new(b"temp-secret".to_vec()).unwrap(),
+            status: 1,
+            permissions: None,
+            options: Options::empty(),
+        },
+        ClientRequest::UpdateUser {
+            user: Identifier::Name(name("temp")),
+            username: Some(name("temp2")),
+            status: None,
+            options: Options::empty(),
+        },
+        ClientRequest::UpdatePermissions {
+            user: Identifier::Name(name("temp2")),
+            permissions: Some(writer_permissions()),
+        },
+        ClientRequest::ChangePassword {
+            user: Identifier::Name(name("temp2")),
+            current_password: ShortBytes::new(b"temp-secret".to_vec()).unwrap(),
+            new_password: ShortBytes::new(b"new-secret".to_vec()).unwrap(),
+        },
+        ClientRequest::DeleteUser { user: Identifier::Name(name("temp2")) },
+        ClientRequest::CreatePersonalAccessToken { name: name("t1"), expiry: 0 },
+        ClientRequest::GetPersonalAccessTokens,
+        ClientRequest::DeletePersonalAccessToken { name: name("t1") },
+        send(0, &[1, 2, 3]),
+        poll(0),
+        ClientRequest::StoreConsumerOffset { key: key(0), offset: 1, ack: 1 },
+        ClientRequest::GetConsumerOffset(key(0)),
+        ClientRequest::DeleteConsumerOffset { key: key(0), ack: 1 },
+        ClientRequest::FlushUnsavedBuffer { stream: id(0), topic: id(0), partition_id: 0, fsync: false },
+        ClientRequest::GetStream { stream: id(0) },
+        ClientRequest::GetStreams,
+        ClientRequest::UpdateStream { stream: id(0), name: name("orders2"), options: Options::empty() },
+        ClientRequest::GetTopic { stream: id(0), topic: id(0) },
+        ClientRequest::GetTopics { stream: id(0) },
+        ClientRequest::UpdateTopic { stream: id(0), topic: id(0), name: name("events2"), options: Options::empty() },
+        ClientRequest::CreatePartitions { stream: id(0), topic: id(0), count: 1 },
+        ClientRequest::DeletePartitions { stream: id(0), topic: id(0), count: 1 },
+        ClientRequest::DeleteSegments { stream: id(0), topic: id(0), partition_id: 0, segments_count: 1 },
+        ClientRequest::CreateConsumerGroup { stream: id(0), topic: id(0), name: name("readers") },
+        ClientRequest::GetConsumerGroup { stream: id(0), topic: id(0), group: id(0) },
+        ClientRequest::GetConsumerGroups { stream: id(0), topic: id(0) },
+        ClientRequest::JoinConsumerGroup { stream: id(0), topic: id(0), group: id(0) },
+        ClientRequest::SyncConsumerGroup { stream: id(0), topic: id(0), group: id(0) },
+        ClientRequest::LeaveConsumerGroup { stream: id(0), topic: id(0), group: id(0) },
+        ClientRequest::DeleteConsumerGroup { stream: id(0), topic: id(0), group: id(0) },
+        ClientRequest::PurgeTopic { stream: id(0), topic: id(0) },
+        ClientRequest::PurgeStream { stream: id(0) },
+        ClientRequest::CreateTopic {
+            stream: id(0),
+            partitions_count: 1,
+            name: name("gone"),
+            options: Options::empty(),
+        },
+        ClientRequest::DeleteTopic { stream: id(0), topic: Identifier::Name(name("gone")) },
+        ClientRequest::CreateStream { name: name("gone"), options: Options::empty() },
+        ClientRequest::DeleteStream { stream: Identifier::Name(name("gone")) },
+        ClientRequest::Logout,
+    ];
+    for request in requests {
+        let code = request.command_code();
+        let (reply, body) = world.command(request);
+        answered.insert(code, (reply.status, body));
+    }
+    // The two logins travel as a Register, told apart by their bodies.
+    let (login, _) = world.login("iggy", "iggy");
+    answered.insert(command::LOGIN_REGISTER, (login.status, Vec::new()));
+    let body = ClientRequest::LoginWithPersonalAccessToken(token_login(b"unknown")).encode();
+    world.client += 2;
+    world.session = 0;
+    let (token, _) = world.ask(world.header(OPERATION_REGISTER, 0), body);
+    answered.insert(command::LOGIN_WITH_PERSONAL_ACCESS_TOKEN, (token.status, Vec::new()));
+
+    for code in command::CLIENT_COMMAND_CODES {
+        let (status, body) = answered.get(&code).unwrap_or_else(|| panic!("code {code} was not sent"));
+        let expected = match code {
+            command::GET_SNAPSHOT_FILE => 3,
+            command::FLUSH_UNSAVED_BUFFER | command::DELETE_SEGMENTS => 5,
+            command::LOGIN_WITH_PERSONAL_ACCESS_TOKEN => 53,
+            _ => 0,
+        };
+        assert_eq!(*status, expected, "code {code}: status");
+        if let Ok((section, _)) = wire::ResultSection::decode_prefix(body) {
+            if operation_of(code).is_some() {
+                assert!(section.is_ok(), "code {code}: committed as {section:?}");
+            }
+        }
+    }
+}
