@@ -112,6 +112,9 @@ pub struct Connection {
     pub group_sessions: BTreeMap<Namespace, GroupSession>,
     /// Round-robin position of balanced sends and consumer-group polls.
     pub cursor: u64,
+    /// The highest number the client gave a metadata command in its session: the node ends
+    /// the session above it when the connection closes.
+    pub last_request: u64,
 }
 
 impl Connection {
@@ -124,6 +127,7 @@ impl Connection {
             in_flight_next: 0,
             group_sessions: BTreeMap::new(),
             cursor: 0,
+            last_request: 0,
         }
     }
 

@@ -65,6 +65,10 @@ pub fn operation_of(command_code: u32) -> Option<u8> {
     OPERATIONS.iter().find(|(_, code)| *code == command_code).map(|(operation, _)| *operation)
 }
 
+/// The operation a node sends, in a closed connection's session, to take its client out of every
+/// consumer group (`MetadataCommand::EndSession`); no client may send it.
+pub const OPERATION_END_SESSION: u8 = 150;
+
 /// The command code a metadata operation's body is laid out as.
 pub fn command_code_of(operation: u8) -> Option<u32> {
     OPERATIONS.iter().find(|(op, _)| *op == operation).map(|(_, code)| *code)
@@ -136,6 +140,13 @@ impl MetadataMachine {
     }
 
     fn command(request: &Header, body: &[u8]) -> Result<MetadataCommand, u32> {
+        if request.operation == OPERATION_END_SESSION {
+            return if body.is_empty() {
+                Ok(MetadataCommand::EndSession { member: request.client })
+            } else {
+                Err(ERROR_INVALID_COMMAND)
+            };
+        }
         if OPERATIONS_WITH_SECRETS.contains(&request.operation) {
             let (command, read): (MetadataCommand, usize) =
                 bincode::serde::decode_from_slice(body, bincode::config::standard())

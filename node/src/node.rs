@@ -53,7 +53,7 @@ use crate::connection::{Connection, InFlight, Login, ReplyKind, Stage, PURGE_WIN
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
 };
-use crate::metadata_plane::{internal_body, purged_partitions, LoginProof, MetadataMachine};
+use crate::metadata_plane::{internal_body, purged_partitions, LoginProof, MetadataMachine, OPERATION_END_SESSION};
 use crate::node_io::{ConnectionId, MetadataView, NodeIo, ShardMessage};
 use crate::partition::request::{
     PartitionRequest, OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
@@ -137,6 +137,10 @@ pub enum NodeEvent {
         operation: u8,
         status: u32,
     },
+    /// The client of a closed connection (or a logout) is being taken out of its groups.
+    SessionEnding {
+        client: u128,
+    },
     /// A reply went back on the connection (status 0: a success).
     Answered {
         connection: ConnectionId,
@@ -159,6 +163,8 @@ pub struct NodeCounters {
     /// Replies no request in flight was waiting for (a late copy of an answered one).
     pub replies_unmatched: u64,
     pub resends: u64,
+    /// Ends of sessions given up (`ENDING_SESSIONS_MAX`, `ENDING_ATTEMPTS_MAX`).
+    pub sessions_not_ended: u64,
 }
 
 /// The `Io` the groups run on: every ask passes through, but what a replica sends to a client
@@ -201,6 +207,20 @@ impl<I: NodeIo> Io for ReplyTap<'_, I> {
     }
 }
 
+/// A session the node ends on behalf of a client that is gone.
+#[derive(Clone, Debug)]
+struct EndingSession {
+    frame: Vec<u8>,
+    sent_tick: u64,
+    attempts: u32,
+}
+
+/// Sessions a shard ends at once; past it a closed client stays in its groups until its session
+/// is evicted (counted).
+pub const ENDING_SESSIONS_MAX: usize = 1024;
+/// Times an end of session is sent before it is given up (counted).
+pub const ENDING_ATTEMPTS_MAX: u32 = 16;
+
 pub struct Node {
     config: NodeConfig,
     shard: Shard<MetadataMachine>,
@@ -211,6 +231,9 @@ pub struct Node {
     connections: BTreeMap<ConnectionId, Connection>,
     /// The connection each logged-in (or logging-in) client id is on.
     clients: BTreeMap<u128, ConnectionId>,
+    /// Sessions of closed connections (or logouts) whose clients are being taken out of their
+    /// consumer groups (`OPERATION_END_SESSION`), by client.
+    ending: BTreeMap<u128, EndingSession>,
     events: VecDeque<NodeEvent>,
     tick: u64,
     pub counters: NodeCounters,
@@ -230,6 +253,7 @@ impl Node {
             published: vec![0; shards],
             connections: BTreeMap::new(),
             clients: BTreeMap::new(),
+            ending: BTreeMap::new(),
             events: VecDeque::new(),
             tick: 0,
             counters: NodeCounters::default(),
@@ -295,14 +319,64 @@ impl Node {
 
     /// The connection is gone: its requests in flight are no one's now (a group may still apply
     /// them; their replies find no connection and are dropped).
-    pub fn on_connection_closed(&mut self, _io: &mut impl NodeIo, connection: ConnectionId) {
+    pub fn on_connection_closed(&mut self, io: &mut impl NodeIo, connection: ConnectionId) {
         let Some(closed) = self.connections.remove(&connection) else { return };
         if let Some(client) = closed.client() {
             if self.clients.get(&client) == Some(&connection) {
                 self.clients.remove(&client);
             }
         }
+        self.end_session(io, &closed, closed.last_request + 1);
         self.event(NodeEvent::ConnectionClosed { connection });
+    }
+
+    /// Takes a client that is gone (its connection closed, or it logged out) out of every
+    /// consumer group it is in, in its own metadata session, with `request` as the number.
+    fn end_session(&mut self, io: &mut impl NodeIo, gone: &Connection, request: u64) {
+        let Some((client, user_id, session)) = gone.logged_in() else { return };
+        let in_groups = self.view.as_ref().is_some_and(|view| !view.metadata.groups_of_client(client).is_empty());
+        if !in_groups || self.ending.contains_key(&client) {
+            return;
+        }
+        if self.ending.len() == ENDING_SESSIONS_MAX {
+            self.counters.sessions_not_ended += 1;
+            return;
+        }
+        let mut header = Header::new(Command::Request, self.config.shard.metadata.cluster, 0);
+        header.client = client;
+        header.session = session;
+        header.request = request;
+        header.operation = OPERATION_END_SESSION;
+        header.user_id = user_id;
+        header.group = group_of(Namespace::METADATA);
+        header.origin = Some(gone.origin);
+        let frame = Message::new(header, Vec::new()).encode();
+        self.ending.insert(client, EndingSession { frame: frame.clone(), sent_tick: self.tick, attempts: 1 });
+        self.event(NodeEvent::SessionEnding { client });
+        self.route_to_group(io, &header, frame);
+    }
+
+    fn resend_ending_sessions(&mut self, io: &mut impl NodeIo) {
+        let tick = self.tick;
+        let due: Vec<u128> = self
+            .ending
+            .iter()
+            .filter(|(_, ending)| ending.sent_tick + RESEND_TICKS <= tick)
+            .map(|(client, _)| *client)
+            .collect();
+        for client in due {
+            let ending = self.ending.get_mut(&client).expect("listed");
+            if ending.attempts == ENDING_ATTEMPTS_MAX {
+                self.ending.remove(&client);
+                self.counters.sessions_not_ended += 1;
+                continue;
+            }
+            ending.attempts += 1;
+            ending.sent_tick = tick;
+            let frame = ending.frame.clone();
+            let header = Header::decode(&frame).expect("a frame of our own");
+            self.route_to_group(io, &header, frame);
+        }
     }
 
     /// A frame a client sent on `connection`.
@@ -367,6 +441,7 @@ impl Node {
         self.tick += 1;
         self.with_groups(io, |shard, io| shard.tick(io));
         self.resend_in_flight(io);
+        self.resend_ending_sessions(io);
         if self.shard_index() == 0 {
             self.publish(io);
         }
@@ -524,6 +599,7 @@ impl Node {
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         conn.in_flight.clear();
         conn.group_sessions.clear();
+        conn.last_request = 0;
         conn.login = Login::Registering { client: header.client, user_id };
         self.clients.insert(header.client, connection);
         let mut register = Header::new(Command::Request, self.config.shard.metadata.cluster, 0);
@@ -552,6 +628,9 @@ impl Node {
     }
 
     fn on_logout(&mut self, io: &mut impl NodeIo, connection: ConnectionId, header: Header) -> Result<(), u32> {
+        let ended = self.connections[&connection].clone();
+        // The logout's own number (the SDK numbers it like a metadata command) ends the session.
+        self.end_session(io, &ended, header.request.max(ended.last_request + 1));
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         if let Some(client) = conn.client() {
             if self.clients.get(&client) == Some(&connection) {
@@ -664,6 +743,7 @@ impl Node {
         }
         let (kind, body) = self.metadata_body(io, user_id, &header, body)?;
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        conn.last_request = conn.last_request.max(header.request);
         let mut request = header;
         request.user_id = user_id;
         request.group = group_of(Namespace::METADATA);
@@ -1013,6 +1093,12 @@ impl Node {
             return;
         };
         let header = message.header;
+        if header.operation == OPERATION_END_SESSION || header.command == Command::Eviction {
+            // Answered (or the session is gone anyway): the end of session is done.
+            if self.ending.remove(&header.client).is_some() {
+                return;
+            }
+        }
         let Some(&connection) = self.clients.get(&header.client) else {
             self.counters.replies_unrouted += 1;
             return;

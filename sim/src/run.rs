@@ -194,7 +194,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
         report.streaming = Some(format!(
             "messages_acked={} bytes_acked={} messages_polled={} acked_per_sim_s={:.0} acked_bytes_per_sim_s={:.0} \
              indeterminate={} channel_full_drops={} denials={} assignments_checked={} connections={} \
-             connections_refused={} logins={} sessions_opened={}",
+             connections_refused={} logins={} sessions_opened={} sessions_ended={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -208,6 +208,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.connections_refused,
             counters.logins,
             counters.sessions_opened,
+            counters.sessions_ended,
         ));
     }
     report

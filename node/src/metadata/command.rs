@@ -88,6 +88,9 @@ pub enum MetadataCommand {
     JoinConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier, member: u128 },
     /// Needs poll_messages on the topic.
     LeaveConsumerGroup { stream: Identifier, topic: Identifier, group: Identifier, member: u128 },
+    /// The client's connection closed or it logged out: it leaves every group it was in. Made
+    /// by the node that held the connection, never by a client.
+    EndSession { member: u128 },
 }
 
 /// The options update_topic may change (the reference's: compression, expiry, size).
@@ -200,5 +203,9 @@ pub enum MetadataResult {
         stream: u32,
         topic: u32,
         group: u32,
+    },
+    /// The groups the ended session's client left, as (stream, topic, group).
+    SessionEnded {
+        groups: Vec<(u32, u32, u32)>,
     },
 }

@@ -146,6 +146,9 @@ impl Metadata {
             C::LeaveConsumerGroup { stream, topic, group, member } => {
                 self.leave_consumer_group(user_id, stream, topic, group, *member)
             }
+            C::EndSession { member } => {
+                Ok(MetadataResult::SessionEnded { groups: self.remove_client_everywhere(*member) })
+            }
         };
         if let Ok(done) = &result {
             self.assert_invariants_after(done);
@@ -247,6 +250,7 @@ impl Metadata {
                 self.check_stream_entry(*stream, entry)
             }
             R::StreamPurged { .. } | R::TopicPurged { .. } | R::SegmentsDeleted { .. } => Ok(()),
+            R::SessionEnded { .. } => self.check_streams(),
             R::TopicCreated { stream, topic, .. }
             | R::TopicUpdated { stream, topic }
             | R::PartitionsCreated { stream, topic, .. }

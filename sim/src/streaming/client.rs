@@ -792,6 +792,9 @@ impl StreamClient {
             Work::Login { right } => match LoginReply::decode(&message.body) {
                 Ok(reply) if reply.session != 0 => {
                     self.login = Login::LoggedIn { session: reply.session };
+                    // A new login is a new client: whatever groups the old one was in, the node
+                    // took it out of them when its connection closed.
+                    self.member = false;
                     self.access(Action::Login { right }, Answer::Succeeded);
                     Observation::LoggedIn { session: reply.session }
                 }

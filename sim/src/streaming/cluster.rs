@@ -130,6 +130,8 @@ pub struct StreamingCounters {
     pub logins: u64,
     /// Sessions the nodes opened in partition groups on their clients' behalf.
     pub sessions_opened: u64,
+    /// Sessions the nodes ended for clients that left (their groups left with them).
+    pub sessions_ended: u64,
 }
 
 impl SimEvent for Event {
@@ -500,6 +502,7 @@ impl StreamingCluster {
                 match event {
                     NodeEvent::ConnectionRefused { .. } => self.counters.connections_refused += 1,
                     NodeEvent::SessionOpened { .. } => self.counters.sessions_opened += 1,
+                    NodeEvent::SessionEnding { .. } => self.counters.sessions_ended += 1,
                     _ => {}
                 }
                 self.trace_node_event(index, shard, &event);
@@ -856,6 +859,7 @@ impl StreamingCluster {
             NodeEvent::SessionOpening { connection, group } => {
                 format!("connection {connection}: opening a session in {}", group_name(*group))
             }
+            NodeEvent::SessionEnding { client } => format!("client {:04x} gone: leaving its groups", client & 0xffff),
             NodeEvent::SessionOpened { connection, group, session } => {
                 format!("connection {connection}: session {session} in {}", group_name(*group))
             }
