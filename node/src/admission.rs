@@ -20,6 +20,7 @@ use crate::partitioning::{partition_for, Partitioning};
 
 /// Status codes of refusals made before a request reaches a group (Iggy's numbering).
 pub const STATUS_INVALID_COMMAND: u32 = 3;
+pub const STATUS_INVALID_FORMAT: u32 = 4;
 pub const STATUS_FEATURE_UNAVAILABLE: u32 = 5;
 pub const STATUS_UNAUTHENTICATED: u32 = 40;
 pub const STATUS_UNAUTHORIZED: u32 = 41;

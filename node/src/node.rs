@@ -46,7 +46,7 @@ use vireo_storage::layout::HEADER_SIZE;
 use crate::admission::{
     admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted, OffsetAction,
     PollAdmission, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS,
-    STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
+    STATUS_INVALID_FORMAT, STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
 use crate::client_reply::{client_reply_body, node_reply};
 use crate::connection::{Connection, InFlight, Login, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
@@ -394,6 +394,12 @@ impl Node {
             }
         };
         let header = message.header;
+        // A client that stamps its body's checksum (`PROTOCOL.md`, request_checksum) gets a body
+        // that matches it applied, or nothing: InvalidFormat, as the reference answers.
+        if header.parent != 0 && header.parent != xxhash_rust::xxh3::xxh3_64(&message.body) as u128 {
+            self.deny(io, connection, &header, STATUS_INVALID_FORMAT);
+            return;
+        }
         let result = match header.operation {
             OPERATION_REGISTER => self.on_login(io, connection, header, &message.body),
             OPERATION_LOGOUT => self.on_logout(io, connection, header),
@@ -866,8 +872,8 @@ impl Node {
     fn check_size(&self, header: &Header) -> Result<(), u32> {
         let limit = self.config.shard.partition.prepare_size_max.min(self.config.shard.metadata.prepare_size_max);
         if header.size as u64 > limit - HEADER_SIZE as u64 || header.size > FRAME_SIZE_MAX {
-            // InvalidFormat: larger than a request may be.
-            return Err(4);
+            // Larger than a request may be.
+            return Err(STATUS_INVALID_FORMAT);
         }
         Ok(())
     }

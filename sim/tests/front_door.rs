@@ -455,6 +455,11 @@ fn refusals_carry_the_reference_codes() {
         wire::ResultSection { entries: vec![wire::ResultEntry { index: 0, result: 41 }] }.write(&mut section);
         section
     });
+    // A body that does not match the checksum its header stamps is refused, not applied.
+    let body = ClientRequest::CreateStream { name: name("y"), options: Options::empty() }.encode();
+    let mut stamped = world.header(operation_of(command::CREATE_STREAM).unwrap(), world.request);
+    stamped.parent = checksum64(b"another body") as u128;
+    assert_eq!(world.ask(stamped, body).0.status, 4, "invalid format");
     let token_login = LoginWithToken {
         protocol_version: 0x2C00,
         sdk_name: name("test"),
