@@ -115,6 +115,9 @@ pub struct Connection {
     /// The highest number the client gave a metadata command in its session: the node ends
     /// the session above it when the connection closes.
     pub last_request: u64,
+    /// When the logged-in user was created: user ids are reused, so a user deleted and another
+    /// created with its id is not the user this connection logged in as.
+    pub user_created_at: u64,
 }
 
 impl Connection {
@@ -128,6 +131,7 @@ impl Connection {
             group_sessions: BTreeMap::new(),
             cursor: 0,
             last_request: 0,
+            user_created_at: 0,
         }
     }
 

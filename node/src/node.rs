@@ -400,6 +400,7 @@ impl Node {
             self.deny(io, connection, &header, STATUS_INVALID_FORMAT);
             return;
         }
+        self.forget_stale_login(connection);
         let result = match header.operation {
             OPERATION_REGISTER => self.on_login(io, connection, header, &message.body),
             OPERATION_LOGOUT => self.on_logout(io, connection, header),
@@ -606,6 +607,7 @@ impl Node {
         conn.in_flight.clear();
         conn.group_sessions.clear();
         conn.last_request = 0;
+        conn.user_created_at = metadata.user(user_id).expect("verified").created_at;
         conn.login = Login::Registering { client: header.client, user_id };
         self.clients.insert(header.client, connection);
         let mut register = Header::new(Command::Request, self.config.shard.metadata.cluster, 0);
@@ -648,6 +650,23 @@ impl Node {
         conn.group_sessions.clear();
         self.answer_here(io, connection, &header, Vec::new());
         Ok(())
+    }
+
+    /// A login whose user was deleted (or deleted and its id given to another user) since is
+    /// over: the connection must log in again.
+    fn forget_stale_login(&mut self, connection: ConnectionId) {
+        let Some(view) = &self.view else { return };
+        let conn = self.connections.get_mut(&connection).expect("checked by the caller");
+        let Some((client, user_id, _)) = conn.logged_in() else { return };
+        if view.metadata.user(user_id).is_some_and(|user| user.created_at == conn.user_created_at) {
+            return;
+        }
+        conn.login = Login::Anonymous;
+        conn.in_flight.clear();
+        conn.group_sessions.clear();
+        if self.clients.get(&client) == Some(&connection) {
+            self.clients.remove(&client);
+        }
     }
 
     /// The connection's client, user and session, or `STATUS_UNAUTHENTICATED`.
