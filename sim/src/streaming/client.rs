@@ -759,7 +759,8 @@ impl StreamClient {
             return;
         }
         if header.status != 0 {
-            self.idle_until = tick + rng.range(5, 50);
+            // A short pause: a user that may not send still works through its script.
+            self.idle_until = tick + rng.range(1, 8);
             let refused = Answer::Refused(header.status);
             let observation = match pending.work {
                 Work::Login { right } => {
