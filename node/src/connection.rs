@@ -60,9 +60,42 @@ pub enum ReplyKind {
     CreatedToken { token: String },
     /// purge_stream / purge_topic: the metadata group checked and committed it; then every
     /// partition it names is emptied (`PURGE_WINDOW` at a time) before the client is answered.
-    Purge { waiting: std::collections::VecDeque<Namespace>, outstanding: usize, reply: Vec<u8> },
+    Purge { waiting: PurgeQueue, outstanding: usize, reply: Vec<u8> },
     /// One partition of a purge (`parent`: the purge's key).
     PurgePartition { parent: u64 },
+}
+
+/// The partitions a purge has yet to empty: per topic (stream, topic, next partition, count),
+/// so that a stream of many partitions costs a few words, not one per partition.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PurgeQueue {
+    topics: std::collections::VecDeque<(u32, u32, u32, u32)>,
+}
+
+impl PurgeQueue {
+    pub fn new(topics: Vec<(u32, u32, u32)>) -> PurgeQueue {
+        PurgeQueue {
+            topics: topics
+                .into_iter()
+                .filter(|(_, _, count)| *count > 0)
+                .map(|(s, t, count)| (s, t, 0, count))
+                .collect(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.topics.is_empty()
+    }
+
+    pub fn pop(&mut self) -> Option<Namespace> {
+        let (stream, topic, next, count) = self.topics.front_mut()?;
+        let namespace = Namespace::partition(*stream, *topic, *next);
+        *next += 1;
+        if next == count {
+            self.topics.pop_front();
+        }
+        Some(namespace)
+    }
 }
 
 /// Where a request in flight stands.
@@ -208,5 +241,37 @@ impl Connection {
                     }
             })
             .map(|(key, _)| *key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_purge_queue_walks_every_partition_of_its_topics_in_order() {
+        let mut queue = PurgeQueue::new(vec![(1, 0, 2), (1, 1, 0), (1, 2, 1)]);
+        let mut walked = Vec::new();
+        while let Some(namespace) = queue.pop() {
+            walked.push(namespace.unpack());
+        }
+        assert_eq!(walked, [(1, 0, 0), (1, 0, 1), (1, 2, 0)]);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_the_least_recently_used_goes() {
+        let mut connection = Connection::new(1, Origin { node: 0, shard: 0 });
+        for partition in 0..GROUP_SESSIONS_MAX as u32 {
+            connection.open_session(Namespace::partition(0, 0, partition), 1, 0, partition as u64);
+        }
+        connection.next_request(Namespace::partition(0, 0, 0), 1_000_000);
+        connection.open_session(Namespace::partition(0, 0, 999_999), 1, 0, 1_000_001);
+        assert_eq!(connection.group_sessions.len(), GROUP_SESSIONS_MAX);
+        assert!(connection.group_sessions.contains_key(&Namespace::partition(0, 0, 0)), "recently used: kept");
+        assert!(!connection.group_sessions.contains_key(&Namespace::partition(0, 0, 1)), "least recently used: gone");
+        // A session reopened keeps the highest number used, so no number is used twice.
+        connection.open_session(Namespace::partition(0, 0, 0), 1, 0, 1_000_002);
+        assert_eq!(connection.next_request(Namespace::partition(0, 0, 0), 1_000_003), (1, 2));
     }
 }

@@ -79,22 +79,24 @@ pub fn internal_body(command: &MetadataCommand) -> Vec<u8> {
     bincode::serde::encode_to_vec(command, bincode::config::standard()).expect("commands always encode")
 }
 
-/// The partitions a purge reply names (`encode_reply`), or `None` for a body that is not one.
-pub fn purged_partitions(payload: &[u8]) -> Option<Vec<Namespace>> {
+/// The topics a purge reply names (`encode_reply`) as (stream, topic, partitions count), or
+/// `None` for a body that is not one. A stream's topics are few (`MetadataLimits`), its
+/// partitions possibly many: the node walks them without listing them.
+pub fn purged_topics(payload: &[u8]) -> Option<Vec<(u32, u32, u32)>> {
     let count = u32::from_le_bytes(payload.get(..4)?.try_into().ok()?) as usize;
     if payload.len() != 4 + count.checked_mul(12)? {
         return None;
     }
-    let mut partitions = Vec::new();
+    let mut topics = Vec::with_capacity(count);
     for entry in payload[4..].chunks_exact(12) {
         let value = |at: usize| u32::from_le_bytes(entry[at..at + 4].try_into().expect("4 bytes"));
-        let (stream, topic, count) = (value(0), value(4), value(8));
-        if stream > Namespace::STREAM_MAX || topic > Namespace::TOPIC_MAX || count > Namespace::PARTITION_MAX + 1 {
+        let (stream, topic, partitions) = (value(0), value(4), value(8));
+        if stream > Namespace::STREAM_MAX || topic > Namespace::TOPIC_MAX || partitions > Namespace::PARTITION_MAX + 1 {
             return None;
         }
-        partitions.extend((0..count).map(|partition| Namespace::partition(stream, topic, partition)));
+        topics.push((stream, topic, partitions));
     }
-    Some(partitions)
+    Some(topics)
 }
 
 /// What a login's register carries to the metadata group instead of the credentials: which

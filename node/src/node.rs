@@ -49,11 +49,11 @@ use crate::admission::{
     STATUS_INVALID_FORMAT, STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
 use crate::client_reply::{client_reply_body, node_reply};
-use crate::connection::{Connection, InFlight, Login, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
+use crate::connection::{Connection, InFlight, Login, PurgeQueue, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
 };
-use crate::metadata_plane::{internal_body, purged_partitions, LoginProof, MetadataMachine, OPERATION_END_SESSION};
+use crate::metadata_plane::{internal_body, purged_topics, LoginProof, MetadataMachine, OPERATION_END_SESSION};
 use crate::node_io::{ConnectionId, MetadataView, NodeIo, ShardMessage};
 use crate::partition::request::{
     PartitionRequest, OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
@@ -876,7 +876,7 @@ impl Node {
                 Ok((ReplyKind::CreatedToken { token }, internal_body(&command)))
             }
             OPERATION_PURGE_STREAM | OPERATION_PURGE_TOPIC => {
-                Ok((ReplyKind::Purge { waiting: VecDeque::new(), outstanding: 0, reply: Vec::new() }, body))
+                Ok((ReplyKind::Purge { waiting: PurgeQueue::default(), outstanding: 0, reply: Vec::new() }, body))
             }
             // Segments are the partition log's, which a partition group does not keep yet.
             OPERATION_DELETE_SEGMENTS => Err(STATUS_FEATURE_UNAVAILABLE),
@@ -1256,15 +1256,8 @@ impl Node {
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         let mut in_flight = conn.in_flight.remove(&key).expect("found");
         let decoded = wire::ResultSection::decode_prefix(body).ok();
-        let partitions = decoded.as_ref().and_then(
-            |(section, payload)| {
-                if section.is_ok() {
-                    purged_partitions(payload)
-                } else {
-                    None
-                }
-            },
-        );
+        let partitions =
+            decoded.as_ref().and_then(|(section, payload)| if section.is_ok() { purged_topics(payload) } else { None });
         let Some(partitions) = partitions else {
             // Refused (its result section says why) or not a purge's reply: answered as it is.
             let section = decoded.map(|(section, _)| section.encode());
@@ -1272,8 +1265,11 @@ impl Node {
             self.answer_in_flight(io, connection, &in_flight, Some(header), status, body);
             return;
         };
-        in_flight.kind =
-            ReplyKind::Purge { waiting: partitions.into(), outstanding: 0, reply: wire::ResultSection::ok().encode() };
+        in_flight.kind = ReplyKind::Purge {
+            waiting: PurgeQueue::new(partitions),
+            outstanding: 0,
+            reply: wire::ResultSection::ok().encode(),
+        };
         in_flight.stage = Stage::Fanning;
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         conn.in_flight.insert(key, in_flight);
@@ -1305,7 +1301,7 @@ impl Node {
             if *outstanding >= PURGE_WINDOW || waiting.is_empty() {
                 return;
             }
-            let group = waiting.pop_front().expect("not empty");
+            let group = waiting.pop().expect("not empty");
             *outstanding += 1;
             let (_, _, partition) = group.unpack();
             let admitted = Admitted {
