@@ -128,6 +128,8 @@ pub struct InFlight {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GroupSession {
+    /// The incarnation of the group the session is in (a group created again knows it not).
+    pub incarnation: u64,
     pub session: u64,
     /// The last request number used in this session.
     pub request: u64,
@@ -213,15 +215,16 @@ impl Connection {
 
     /// Records a session the group answered a register with; `request` is the last number
     /// the group applied for it (a session registered before keeps its numbers).
-    pub fn open_session(&mut self, group: Namespace, session: u64, request: u64, tick: u64) {
+    pub fn open_session(&mut self, group: Namespace, incarnation: u64, session: u64, request: u64, tick: u64) {
         if !self.group_sessions.contains_key(&group) && self.group_sessions.len() == GROUP_SESSIONS_MAX {
             let (&oldest, _) =
                 self.group_sessions.iter().min_by_key(|(_, session)| session.used_tick).expect("a full map has one");
             self.group_sessions.remove(&oldest);
         }
-        let entry = self.group_sessions.entry(group).or_insert(GroupSession { session, request, used_tick: tick });
-        if entry.session != session {
-            *entry = GroupSession { session, request, used_tick: tick };
+        let fresh = GroupSession { incarnation, session, request, used_tick: tick };
+        let entry = self.group_sessions.entry(group).or_insert(fresh);
+        if entry.session != session || entry.incarnation != incarnation {
+            *entry = fresh;
         }
         entry.request = entry.request.max(request);
         assert!(self.group_sessions.len() <= GROUP_SESSIONS_MAX);
@@ -263,15 +266,15 @@ mod tests {
     fn sessions_are_bounded_and_the_least_recently_used_goes() {
         let mut connection = Connection::new(1, Origin { node: 0, shard: 0 });
         for partition in 0..GROUP_SESSIONS_MAX as u32 {
-            connection.open_session(Namespace::partition(0, 0, partition), 1, 0, partition as u64);
+            connection.open_session(Namespace::partition(0, 0, partition), 0, 1, 0, partition as u64);
         }
         connection.next_request(Namespace::partition(0, 0, 0), 1_000_000);
-        connection.open_session(Namespace::partition(0, 0, 999_999), 1, 0, 1_000_001);
+        connection.open_session(Namespace::partition(0, 0, 999_999), 0, 1, 0, 1_000_001);
         assert_eq!(connection.group_sessions.len(), GROUP_SESSIONS_MAX);
         assert!(connection.group_sessions.contains_key(&Namespace::partition(0, 0, 0)), "recently used: kept");
         assert!(!connection.group_sessions.contains_key(&Namespace::partition(0, 0, 1)), "least recently used: gone");
         // A session reopened keeps the highest number used, so no number is used twice.
-        connection.open_session(Namespace::partition(0, 0, 0), 1, 0, 1_000_002);
+        connection.open_session(Namespace::partition(0, 0, 0), 0, 1, 0, 1_000_002);
         assert_eq!(connection.next_request(Namespace::partition(0, 0, 0), 1_000_003), (1, 2));
     }
 }

@@ -1,6 +1,7 @@
 //! `GroupIo`: the `Io` one consensus group sees on a shard that hosts many. It passes every ask
 //! through and marks each I/O token with the group's slot (bits 40..56), so that the shard can
-//! hand each completion back to the group that asked for it.
+//! hand each completion back to the group that asked for it, and counts the group's I/O in
+//! flight (a closed group's files are removed only once none of its writes can land after).
 
 use vireo_io::{Completion, FileId, Instant, Io, Namespace, Peer, Token};
 
@@ -14,15 +15,18 @@ pub const SLOTS_MAX: u32 = 1 << 16;
 pub struct GroupIo<'a, I: Io> {
     io: &'a mut I,
     slot: u16,
+    /// The group's I/O requests whose completions have not come back yet.
+    in_flight: &'a mut u32,
 }
 
 impl<'a, I: Io> GroupIo<'a, I> {
-    pub fn new(io: &'a mut I, slot: u16) -> GroupIo<'a, I> {
-        GroupIo { io, slot }
+    pub fn new(io: &'a mut I, slot: u16, in_flight: &'a mut u32) -> GroupIo<'a, I> {
+        GroupIo { io, slot, in_flight }
     }
 
-    fn mark(&self, token: Token) -> Token {
+    fn mark(&mut self, token: Token) -> Token {
         assert_eq!(token.0 & SLOT_MASK, 0, "token {:#x} uses the slot bits", token.0);
+        *self.in_flight += 1;
         Token(token.0 | (self.slot as u64) << SLOT_SHIFT)
     }
 }

@@ -7,7 +7,7 @@
 //! A request that does not decode, or that the state machine denies, changes nothing and is
 //! answered with a one-entry result section holding the error code.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -417,12 +417,12 @@ impl StateMachine for MetadataMachine {
 }
 
 impl MetadataPlane for MetadataMachine {
-    fn partitions(&self) -> BTreeSet<Namespace> {
-        let mut namespaces = BTreeSet::new();
+    fn partitions(&self) -> BTreeMap<Namespace, u64> {
+        let mut namespaces = BTreeMap::new();
         for stream in self.metadata.streams() {
             for topic in stream.topics.values() {
                 for partition in &topic.partitions {
-                    namespaces.insert(Namespace::partition(stream.id, topic.id, partition.id));
+                    namespaces.insert(Namespace::partition(stream.id, topic.id, partition.id), partition.created_at);
                 }
             }
         }

@@ -722,6 +722,11 @@ impl Node {
         }
     }
 
+    /// The incarnation of a partition's group in the committed metadata this shard reads.
+    fn incarnation_of(&self, group: Namespace) -> u64 {
+        self.view.as_ref().and_then(|view| view.partitions.get(&group).copied()).unwrap_or(0)
+    }
+
     /// This shard's connections as get_clients shows them.
     fn client_summaries(&self, metadata: &crate::metadata::Metadata) -> Vec<wire::ClientSummary> {
         self.connections
@@ -961,6 +966,7 @@ impl Node {
     ) -> Result<(), u32> {
         let (client, user_id, _) = self.logged_in(connection)?;
         let tick = self.tick;
+        let incarnation = self.incarnation_of(admitted.group);
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         if conn.in_flight_full() && !child {
             return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
@@ -974,6 +980,10 @@ impl Node {
         request.group = group_of(group);
         request.origin = Some(conn.origin);
         request.size = (HEADER_SIZE + body.len()) as u32;
+        // A session in an earlier incarnation of the group is no session in this one.
+        if conn.group_sessions.get(&group).is_some_and(|session| session.incarnation != incarnation) {
+            conn.group_sessions.remove(&group);
+        }
         let opening = !conn.group_sessions.contains_key(&group);
         let already_opening = conn.opening(group);
         let stage = if opening {
@@ -1055,7 +1065,7 @@ impl Node {
                     continue;
                 }
                 if !in_flight.group.is_metadata()
-                    && partitions.as_ref().is_some_and(|partitions| !partitions.contains(&in_flight.group))
+                    && partitions.as_ref().is_some_and(|partitions| !partitions.contains_key(&in_flight.group))
                 {
                     gone.push((*connection, *key));
                     continue;
@@ -1162,7 +1172,9 @@ impl Node {
         }
         if conn.in_flight[&key].stage == Stage::OpeningSession {
             let tick = self.tick;
-            conn.open_session(group, header.session, header.request, tick);
+            let incarnation = self.incarnation_of(group);
+            let conn = self.connections.get_mut(&connection).expect("clients map onto connections");
+            conn.open_session(group, incarnation, header.session, header.request, tick);
             self.event(NodeEvent::SessionOpened { connection, group, session: header.session });
             let conn = self.connections.get_mut(&connection).expect("still here");
             let waiting: Vec<u64> = conn

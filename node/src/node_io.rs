@@ -3,7 +3,7 @@
 //! The simulator and the glommio driver each implement it; the node never sees a socket, a
 //! thread or a channel, only these asks and their defined answers.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use vireo_io::{Io, Namespace};
@@ -19,7 +19,8 @@ pub type ConnectionId = u64;
 pub struct MetadataView {
     pub op: u64,
     pub metadata: Arc<Metadata>,
-    pub partitions: Arc<BTreeSet<Namespace>>,
+    /// Every partition, with its incarnation (when it was created).
+    pub partitions: Arc<BTreeMap<Namespace, u64>>,
 }
 
 /// What crosses from one shard of a node to another.

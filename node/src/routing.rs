@@ -27,6 +27,19 @@ pub fn shard_of(namespace: Namespace, shards: u16) -> u16 {
     ((namespace_hash(namespace) >> 16) % shards as u32) as u16
 }
 
+/// The cluster id of one incarnation of a partition group: the high 64 bits name the group
+/// (the cluster's id mixed with the namespace), the low 64 bits are its incarnation (the
+/// partition's `created_at`, unique per creation and growing). A partition deleted and created
+/// again under the same namespace is a new group: its replicas refuse the old one's frames and
+/// wipe the old one's files, and a replica opened for an older incarnation than its files hold
+/// stays out of the way (`Replica::open`).
+pub fn group_cluster(cluster: u128, namespace: Namespace, incarnation: u64) -> u128 {
+    let mut bytes = [0u8; 24];
+    bytes[..16].copy_from_slice(&cluster.to_le_bytes());
+    bytes[16..].copy_from_slice(&namespace.0.to_le_bytes());
+    (xxhash_rust::xxh3::xxh3_64(&bytes) as u128) << 64 | incarnation as u128
+}
+
 /// The offset of a partition group's primaries: view v's primary is `(v + offset) % replicas`,
 /// so the partitions of a topic lead from different nodes in the same view.
 pub fn primary_offset(namespace: Namespace, replica_count: u8) -> u8 {

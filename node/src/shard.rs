@@ -4,27 +4,49 @@
 //! marks its token, and ticks them all.
 //!
 //! Which partition groups exist follows the committed metadata, published to every shard
-//! (`sync_partitions`): a group is opened when its partition appears and closed when it goes.
+//! (`sync_partitions`): a group is opened when its partition appears and closed when it goes,
+//! and its files are then removed (a *janitor* lists the namespace and removes each file). A
+//! partition deleted and created again is a new incarnation with its own cluster id
+//! (`routing::group_cluster`): its group is reopened, and a namespace is not reopened while its
+//! janitor still runs; a replica that finds an earlier incarnation's files wipes them itself.
 //! Invariants: every hosted partition is owned by this shard (`routing::shard_of`), slots map
 //! one-to-one onto hosted groups, and the events buffered for the driver stay under
 //! `EVENTS_MAX`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
-use vireo_io::{Completion, Io, Namespace};
+use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Token};
+use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, Header};
 use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine};
 
 use crate::group_io::{unmark, GroupIo};
 use crate::partition::PartitionMachine;
-use crate::routing::{primary_offset, shard_of};
+use crate::routing::{group_cluster, primary_offset, shard_of};
+
+/// The tokens of a janitor's asks (its slot marks them as its own).
+const JANITOR_LIST: u64 = 1;
+const JANITOR_REMOVE: u64 = 2;
 
 /// Replica events a shard buffers for its driver; past it the oldest go (drivers poll often).
 pub const EVENTS_MAX: usize = 16_384;
 
-/// What a metadata state machine must tell the shards: which partitions exist.
+/// What a metadata state machine must tell the shards: which partitions exist, each with its
+/// incarnation (a number no earlier partition of that namespace had).
 pub trait MetadataPlane: StateMachine {
-    fn partitions(&self) -> BTreeSet<Namespace>;
+    fn partitions(&self) -> BTreeMap<Namespace, u64>;
+}
+
+/// Deleted groups whose files a shard removes at once; past it a deleted group's files stay
+/// (counted) until a new incarnation of its namespace wipes them.
+pub const JANITORS_MAX: usize = 64;
+
+/// The removal of a deleted group's files: a listing, a remove per file, then the superblocks
+/// (last, so that a crash in between leaves a namespace a new incarnation still recognises).
+struct Janitor {
+    namespace: Namespace,
+    outstanding: u32,
+    superblocks_left: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -44,12 +66,24 @@ pub struct ShardConfig {
 
 struct Group<S: StateMachine> {
     slot: u16,
+    /// The partition's incarnation (0 for the metadata group).
+    incarnation: u64,
+    /// I/O requests of the group not completed yet.
+    in_flight: u32,
     replica: Replica<S>,
+}
+
+/// A closed group whose I/O is still in flight: its files are removed once the last completes.
+struct Closing {
+    namespace: Namespace,
+    in_flight: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShardEvent {
     pub namespace: Namespace,
+    /// Which incarnation of the namespace's group (0 for the metadata group).
+    pub incarnation: u64,
     pub event: ReplicaEvent,
 }
 
@@ -62,6 +96,10 @@ pub struct ShardCounters {
     pub frames_malformed: u64,
     /// Partitions the metadata holds that this shard could not open (`partitions_max`).
     pub partitions_refused: u64,
+    /// Deleted groups whose files were left in place (`JANITORS_MAX`) or could not be listed.
+    pub files_left: u64,
+    /// Deleted groups whose files were removed.
+    pub groups_removed: u64,
 }
 
 pub struct Shard<M: MetadataPlane> {
@@ -70,6 +108,10 @@ pub struct Shard<M: MetadataPlane> {
     partitions: BTreeMap<Namespace, Group<PartitionMachine>>,
     slots: BTreeMap<u16, Namespace>,
     slot_next: u16,
+    janitors: BTreeMap<u16, Janitor>,
+    closing: BTreeMap<u16, Closing>,
+    /// The partitions last published, to open what a janitor held back once it is done.
+    published: BTreeMap<Namespace, u64>,
     events: VecDeque<ShardEvent>,
     pub counters: ShardCounters,
 }
@@ -85,14 +127,22 @@ impl<M: MetadataPlane> Shard<M> {
             partitions: BTreeMap::new(),
             slots: BTreeMap::new(),
             slot_next: 1,
+            janitors: BTreeMap::new(),
+            closing: BTreeMap::new(),
+            published: BTreeMap::new(),
             events: VecDeque::new(),
             counters: ShardCounters::default(),
             config,
         };
         if shard.config.shard == 0 {
-            let replica = Replica::open(shard.config.metadata.clone(), shard.config.node, &mut GroupIo::new(io, 0));
+            let mut in_flight = 0;
+            let replica = Replica::open(
+                shard.config.metadata.clone(),
+                shard.config.node,
+                &mut GroupIo::new(io, 0, &mut in_flight),
+            );
             shard.slots.insert(0, Namespace::METADATA);
-            shard.metadata = Some(Group { slot: 0, replica });
+            shard.metadata = Some(Group { slot: 0, incarnation: 0, in_flight, replica });
             shard.drain_events(Namespace::METADATA);
         }
         shard
@@ -133,12 +183,12 @@ impl<M: MetadataPlane> Shard<M> {
         let namespace = Shard::<M>::group_of_frame(&header);
         if namespace.is_metadata() {
             match self.metadata.as_mut() {
-                Some(group) => group.replica.on_message(&mut GroupIo::new(io, group.slot), bytes),
+                Some(group) => group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes),
                 None => self.counters.frames_without_group += 1,
             }
         } else {
             match self.partitions.get_mut(&namespace) {
-                Some(group) => group.replica.on_message(&mut GroupIo::new(io, group.slot), bytes),
+                Some(group) => group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes),
                 None => self.counters.frames_without_group += 1,
             }
         }
@@ -147,43 +197,77 @@ impl<M: MetadataPlane> Shard<M> {
 
     pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
         let (slot, completion) = unmark(completion);
-        // A completion for a group closed since: its files are no one's now.
+        if self.janitors.contains_key(&slot) {
+            self.on_janitor_completion(io, slot, completion);
+            return;
+        }
+        if let Some(closing) = self.closing.get_mut(&slot) {
+            // A group closed since: once its last request is done, its files go.
+            closing.in_flight -= 1;
+            if closing.in_flight == 0 {
+                let namespace = closing.namespace;
+                self.closing.remove(&slot);
+                self.remove_files(io, namespace);
+            }
+            return;
+        }
         let Some(&namespace) = self.slots.get(&slot) else { return };
         if namespace.is_metadata() {
             let group = self.metadata.as_mut().expect("slot 0 is the metadata group");
-            group.replica.on_completion(&mut GroupIo::new(io, slot), completion);
+            group.in_flight -= 1;
+            group.replica.on_completion(&mut GroupIo::new(io, slot, &mut group.in_flight), completion);
         } else {
             let group = self.partitions.get_mut(&namespace).expect("slots map onto hosted groups");
-            group.replica.on_completion(&mut GroupIo::new(io, slot), completion);
+            group.in_flight -= 1;
+            group.replica.on_completion(&mut GroupIo::new(io, slot, &mut group.in_flight), completion);
         }
         self.drain_events(namespace);
     }
 
     pub fn tick(&mut self, io: &mut impl Io) {
         if let Some(group) = self.metadata.as_mut() {
-            group.replica.tick(&mut GroupIo::new(io, group.slot));
+            group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
             self.drain_events(Namespace::METADATA);
         }
         let namespaces: Vec<Namespace> = self.partitions.keys().copied().collect();
         for namespace in namespaces {
             let group = self.partitions.get_mut(&namespace).expect("listed");
-            group.replica.tick(&mut GroupIo::new(io, group.slot));
+            group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
             self.drain_events(namespace);
         }
     }
 
     /// Opens the group of every published partition this shard owns and does not host yet, and
-    /// closes the groups of partitions the metadata no longer holds.
-    pub fn sync_partitions(&mut self, io: &mut impl Io, published: &BTreeSet<Namespace>) {
+    /// closes (and removes the files of) the groups of partitions the metadata no longer holds,
+    /// or holds in a newer incarnation.
+    pub fn sync_partitions(&mut self, io: &mut impl Io, published: &BTreeMap<Namespace, u64>) {
         let (shard, shards) = (self.config.shard, self.config.shards);
-        let gone: Vec<Namespace> =
-            self.partitions.keys().filter(|namespace| !published.contains(namespace)).copied().collect();
+        self.published = published.clone();
+        let gone: Vec<Namespace> = self
+            .partitions
+            .iter()
+            .filter(|(namespace, group)| published.get(namespace) != Some(&group.incarnation))
+            .map(|(namespace, _)| *namespace)
+            .collect();
         for namespace in gone {
             let group = self.partitions.remove(&namespace).expect("listed");
             self.slots.remove(&group.slot);
+            if group.replica.superseded() {
+                // The files are a newer incarnation's: not this group's to remove.
+                assert_eq!(group.in_flight, 0, "a superseded replica asks for nothing");
+            } else if group.in_flight == 0 {
+                self.remove_files(io, namespace);
+            } else {
+                self.closing.insert(group.slot, Closing { namespace, in_flight: group.in_flight });
+            }
         }
-        for &namespace in published.iter().filter(|namespace| shard_of(**namespace, shards) == shard) {
-            if self.partitions.contains_key(&namespace) {
+        for (&namespace, &incarnation) in
+            published.iter().filter(|(namespace, _)| shard_of(**namespace, shards) == shard)
+        {
+            if self.partitions.contains_key(&namespace)
+                || self.janitors.values().any(|janitor| janitor.namespace == namespace)
+                || self.closing.values().any(|closing| closing.namespace == namespace)
+            {
                 continue;
             }
             if self.partitions.len() == self.config.partitions_max {
@@ -193,13 +277,69 @@ impl<M: MetadataPlane> Shard<M> {
             let slot = self.next_slot();
             let mut config = self.config.partition.clone();
             config.namespace = namespace;
+            let incarnation_named = if config.bug == Some(Bug::DeletedGroupsKeepTheirFiles) { 0 } else { incarnation };
+            config.cluster = group_cluster(self.config.partition.cluster, namespace, incarnation_named);
             config.primary_offset = primary_offset(namespace, config.replica_count);
-            let replica = Replica::open(config, self.config.node, &mut GroupIo::new(io, slot));
+            let mut in_flight = 0;
+            let replica = Replica::open(config, self.config.node, &mut GroupIo::new(io, slot, &mut in_flight));
             self.slots.insert(slot, namespace);
-            self.partitions.insert(namespace, Group { slot, replica });
+            self.partitions.insert(namespace, Group { slot, incarnation, in_flight, replica });
             self.drain_events(namespace);
         }
         assert_eq!(self.slots.len(), self.partitions.len() + self.metadata.is_some() as usize);
+    }
+
+    /// Starts removing a closed group's files.
+    fn remove_files(&mut self, io: &mut impl Io, namespace: Namespace) {
+        if self.config.partition.bug == Some(Bug::DeletedGroupsKeepTheirFiles) {
+            return;
+        }
+        if self.janitors.len() == JANITORS_MAX {
+            self.counters.files_left += 1;
+            return;
+        }
+        let slot = self.next_slot();
+        let mut janitor = Janitor { namespace, outstanding: 0, superblocks_left: true };
+        GroupIo::new(io, slot, &mut janitor.outstanding).list(namespace, Token(JANITOR_LIST));
+        self.janitors.insert(slot, janitor);
+    }
+
+    fn on_janitor_completion(&mut self, io: &mut impl Io, slot: u16, completion: Completion) {
+        let janitor = self.janitors.get_mut(&slot).expect("checked by the caller");
+        janitor.outstanding -= 1;
+        let namespace = janitor.namespace;
+        match completion {
+            Completion::List { result: Ok(files), .. } => {
+                for (kind, _) in files {
+                    if !matches!(kind, FileKind::SuperblockA | FileKind::SuperblockB) {
+                        let mut group_io = GroupIo::new(&mut *io, slot, &mut janitor.outstanding);
+                        group_io.remove(FileId::new(namespace, kind), Token(JANITOR_REMOVE));
+                    }
+                }
+            }
+            Completion::List { result: Err(_), .. } => {
+                self.counters.files_left += 1;
+                janitor.superblocks_left = false;
+            }
+            // A file that could not be removed stays; a new incarnation wipes it.
+            _ => {}
+        }
+        if janitor.outstanding > 0 {
+            return;
+        }
+        if janitor.superblocks_left {
+            janitor.superblocks_left = false;
+            for kind in [FileKind::SuperblockA, FileKind::SuperblockB] {
+                let mut group_io = GroupIo::new(&mut *io, slot, &mut janitor.outstanding);
+                group_io.remove(FileId::new(namespace, kind), Token(JANITOR_REMOVE));
+            }
+            return;
+        }
+        self.janitors.remove(&slot);
+        self.counters.groups_removed += 1;
+        // The namespace may have been published again meanwhile.
+        let published = std::mem::take(&mut self.published);
+        self.sync_partitions(io, &published);
     }
 
     /// A slot no hosted group uses; slots go round before one is reused, so a late completion
@@ -209,7 +349,10 @@ impl<M: MetadataPlane> Shard<M> {
         loop {
             let slot = self.slot_next;
             self.slot_next = self.slot_next.checked_add(1).unwrap_or(1);
-            if !self.slots.contains_key(&slot) {
+            if !self.slots.contains_key(&slot)
+                && !self.janitors.contains_key(&slot)
+                && !self.closing.contains_key(&slot)
+            {
                 return slot;
             }
         }
@@ -217,16 +360,16 @@ impl<M: MetadataPlane> Shard<M> {
 
     fn drain_events(&mut self, namespace: Namespace) {
         loop {
-            let event = if namespace.is_metadata() {
-                self.metadata.as_mut().and_then(|group| group.replica.poll_event())
+            let polled = if namespace.is_metadata() {
+                self.metadata.as_mut().map(|group| (0, group.replica.poll_event()))
             } else {
-                self.partitions.get_mut(&namespace).and_then(|group| group.replica.poll_event())
+                self.partitions.get_mut(&namespace).map(|group| (group.incarnation, group.replica.poll_event()))
             };
-            let Some(event) = event else { return };
+            let Some((incarnation, Some(event))) = polled else { return };
             if self.events.len() == EVENTS_MAX {
                 self.events.pop_front();
             }
-            self.events.push_back(ShardEvent { namespace, event });
+            self.events.push_back(ShardEvent { namespace, incarnation, event });
         }
     }
 }

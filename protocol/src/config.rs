@@ -18,6 +18,9 @@ pub enum Bug {
     SkipSendPermission,
     /// The node's front door logs in a known user whatever password it is given.
     AcceptAnyPassword,
+    /// A deleted partition group's files are kept, and a partition created again under its
+    /// namespace is the same group (no new incarnation): the old data comes back.
+    DeletedGroupsKeepTheirFiles,
 }
 
 #[derive(Clone, Debug)]

@@ -121,18 +121,22 @@ fn valid_prepare_header(header: Header, layout: &WalLayout, slot: u64) -> bool {
 /// - prepare valid, header not: the prepare (its header write was lost or damaged);
 /// - header valid, prepare not: header only;
 /// - neither: empty.
+///
+/// `cluster`: the group's cluster id; a header of another (an earlier incarnation's leftover
+/// in a slot nothing overwrote since) is no header of this log.
 pub fn recover_slot(
     layout: &WalLayout,
     slot: u64,
+    cluster: u128,
     header_bytes: Option<&[u8]>,
     prepare_bytes: Option<&[u8]>,
 ) -> RecoveredSlot {
     let redundant = header_bytes
         .and_then(|bytes| Header::decode(bytes).ok())
-        .filter(|header| valid_prepare_header(*header, layout, slot));
+        .filter(|header| header.cluster == cluster && valid_prepare_header(*header, layout, slot));
     let prepare = prepare_bytes.and_then(|bytes| {
         let header = Header::decode(bytes).ok()?;
-        if !valid_prepare_header(header, layout, slot) {
+        if header.cluster != cluster || !valid_prepare_header(header, layout, slot) {
             return None;
         }
         let body = bytes.get(HEADER_SIZE..header.size as usize)?;
@@ -167,7 +171,7 @@ mod tests {
     use super::*;
 
     fn prepare(op: u64, body: &[u8], view: u32) -> (Header, Vec<u8>) {
-        let mut header = Header::new(Command::Prepare, 1, 0);
+        let mut header = Header::new(Command::Prepare, CLUSTER, 0);
         header.op = op;
         header.view = view;
         header.seal(body);
@@ -180,6 +184,16 @@ mod tests {
         bytes
     }
 
+    const CLUSTER: u128 = 1;
+
+    #[test]
+    fn a_slot_of_another_cluster_is_empty() {
+        let layout = WalLayout::new(8, 1024);
+        let (h3, b3) = prepare(3, b"three", 0);
+        let p3 = slot_bytes(&h3, &b3, &layout);
+        assert_eq!(recover_slot(&layout, 3, CLUSTER + 1, Some(&h3.encode()), Some(&p3)), RecoveredSlot::Empty);
+    }
+
     #[test]
     fn every_case_of_the_recovery_table() {
         let layout = WalLayout::new(8, 1024);
@@ -190,25 +204,25 @@ mod tests {
         let p11 = slot_bytes(&h11, &b11, &layout);
         let torn = vec![0xAB; 1024];
 
-        let whole = recover_slot(&layout, 3, Some(&h3.encode()), Some(&p3));
+        let whole = recover_slot(&layout, 3, CLUSTER, Some(&h3.encode()), Some(&p3));
         assert_eq!(whole, RecoveredSlot::Prepare { header: h3, body: b3.clone(), redundant: true });
         // Prepare written, header not yet: the prepare.
-        let newer = recover_slot(&layout, 3, Some(&h3.encode()), Some(&p11));
+        let newer = recover_slot(&layout, 3, CLUSTER, Some(&h3.encode()), Some(&p11));
         assert_eq!(newer, RecoveredSlot::Prepare { header: h11, body: b11, redundant: false });
         // Header newer than the prepare: the prepare was damaged after it was durable.
-        let damaged = recover_slot(&layout, 3, Some(&h11.encode()), Some(&p3));
+        let damaged = recover_slot(&layout, 3, CLUSTER, Some(&h11.encode()), Some(&p3));
         assert_eq!(damaged, RecoveredSlot::HeaderOnly(h11));
         let same_op = slot_bytes(&h3_other, &b3_other, &layout);
-        let rewritten = recover_slot(&layout, 3, Some(&h3.encode()), Some(&same_op));
+        let rewritten = recover_slot(&layout, 3, CLUSTER, Some(&h3.encode()), Some(&same_op));
         assert_eq!(rewritten, RecoveredSlot::Prepare { header: h3_other, body: b3_other, redundant: false });
         // The header names a later view's prepare of the same op than the prepares zone holds
         // (that prepare's write went astray): header only.
-        let stale = recover_slot(&layout, 3, Some(&h3_other.encode()), Some(&p3));
+        let stale = recover_slot(&layout, 3, CLUSTER, Some(&h3_other.encode()), Some(&p3));
         assert_eq!(stale, RecoveredSlot::HeaderOnly(h3_other));
-        assert_eq!(recover_slot(&layout, 3, Some(&h3.encode()), Some(&torn)), RecoveredSlot::HeaderOnly(h3));
-        assert_eq!(recover_slot(&layout, 3, None, None), RecoveredSlot::Empty);
-        assert_eq!(recover_slot(&layout, 3, Some(&[0u8; 256]), Some(&torn)), RecoveredSlot::Empty);
+        assert_eq!(recover_slot(&layout, 3, CLUSTER, Some(&h3.encode()), Some(&torn)), RecoveredSlot::HeaderOnly(h3));
+        assert_eq!(recover_slot(&layout, 3, CLUSTER, None, None), RecoveredSlot::Empty);
+        assert_eq!(recover_slot(&layout, 3, CLUSTER, Some(&[0u8; 256]), Some(&torn)), RecoveredSlot::Empty);
         // Misdirected: a valid prepare of another slot is not this slot's.
-        assert_eq!(recover_slot(&layout, 4, Some(&h3.encode()), Some(&p3)), RecoveredSlot::Empty);
+        assert_eq!(recover_slot(&layout, 4, CLUSTER, Some(&h3.encode()), Some(&p3)), RecoveredSlot::Empty);
     }
 }

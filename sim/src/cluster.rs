@@ -346,6 +346,8 @@ impl Cluster {
                     ReplicaEvent::LogTruncated { op, sequence } => {
                         format!("r{index} truncated its log below op={op} (start_view sequence {sequence})")
                     }
+                    ReplicaEvent::Wiping => format!("r{index} wiping an earlier incarnation's files"),
+                    ReplicaEvent::Superseded => format!("r{index} superseded by a newer incarnation"),
                 };
                 self.log(|| line);
             }

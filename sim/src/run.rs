@@ -194,7 +194,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
         report.streaming = Some(format!(
             "messages_acked={} bytes_acked={} messages_polled={} acked_per_sim_s={:.0} acked_bytes_per_sim_s={:.0} \
              indeterminate={} channel_full_drops={} denials={} assignments_checked={} connections={} \
-             connections_refused={} logins={} sessions_opened={} sessions_ended={}",
+             connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
+             replicas_superseded={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -209,6 +210,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.logins,
             counters.sessions_opened,
             counters.sessions_ended,
+            counters.incarnations_wiped,
+            counters.replicas_superseded,
         ));
     }
     report

@@ -14,6 +14,7 @@ use vireo_node::partition::request::{
 };
 use vireo_node::shard::ShardConfig;
 use vireo_node::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
+use vireo_protocol::config::Bug;
 use vireo_protocol::header::{Command, Header, Message};
 use vireo_protocol::request::OPERATION_REGISTER;
 use vireo_protocol::wire::{
@@ -118,7 +119,12 @@ struct World {
 
 impl World {
     fn new() -> World {
+        World::with_bug(None)
+    }
+
+    fn with_bug(bug: Option<Bug>) -> World {
         let mut config = Config::new(0x5649, 1);
+        config.bug = bug;
         config.prepare_size_max = 64 * 1024;
         config.journal_slots = 64;
         config.snapshot_size_max = 4 << 20;
@@ -252,7 +258,7 @@ impl World {
                 self.run(shard, |node, io| node.tick(io));
             }
         }
-        panic!("no answer to request {} operation {}", header.request, header.operation);
+        panic!("no answer to request {} operation {}:\n{}", header.request, header.operation, self.story.join("\n"));
     }
 
     fn header(&self, operation: u8, request: u64) -> Header {
@@ -331,6 +337,8 @@ fn tell(shard: u16, event: &NodeEvent) -> Option<String> {
         match event {
             NodeEvent::Replica(shard_event) => match shard_event.event {
                 ReplicaEvent::Committed { op, .. } => format!("{} committed op {op}", group(shard_event.namespace)),
+                ref other if std::env::var("FRONT_DOOR_ALL").is_ok() =>
+                    format!("{} {other:?}", group(shard_event.namespace)),
                 _ => return None,
             },
             NodeEvent::ConnectionOpened { connection } => format!("connection {connection} opened"),
@@ -607,4 +615,37 @@ fn every_command_code_is_answered() {
             }
         }
     }
+}
+
+/// Sends two messages to a topic, deletes it, creates it again under the same name and id, and
+/// returns what a poll of the new topic's partition from offset 0 sees and where a new send lands.
+fn recreate_a_topic(bug: Option<Bug>) -> (usize, u64) {
+    let mut world = World::with_bug(bug);
+    setup(&mut world);
+    assert_eq!(world.command(send(1, &[7, 8])).0.status, 0);
+    assert_eq!(world.command(ClientRequest::DeleteTopic { stream: id(0), topic: id(0) }).0.status, 0);
+    let (created, _) = world.command(ClientRequest::CreateTopic {
+        stream: id(0),
+        partitions_count: 2,
+        name: name("events"),
+        options: Options::empty(),
+    });
+    assert_eq!(created.status, 0);
+    let (polled, body) = world.command(poll(1));
+    assert_eq!(polled.status, 0, "{}", world.story.join("\n"));
+    assert!(!body.is_empty(), "{}", world.story.join("\n"));
+    let messages = wire::PollReply::decode(&body).unwrap().count() as usize;
+    let (sent, body) = world.command(send(1, &[9]));
+    assert_eq!(sent.status, 0);
+    (messages, wire::SendMessagesReply::decode(&body).unwrap().appended[0].base_offset)
+}
+
+/// A topic created again after a delete starts empty: its groups are a new incarnation, and the
+/// deleted one's files are gone. Planting the bug that keeps them (and the incarnation) brings
+/// the deleted messages back, which this test sees.
+#[test]
+fn a_deleted_topic_does_not_come_back_with_a_new_one() {
+    assert_eq!(recreate_a_topic(None), (0, 0), "the new topic starts empty");
+    let (resurrected, next_offset) = recreate_a_topic(Some(Bug::DeletedGroupsKeepTheirFiles));
+    assert_eq!((resurrected, next_offset), (2, 2), "the planted bug resurrects the old messages");
 }

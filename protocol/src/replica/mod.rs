@@ -86,6 +86,11 @@ pub enum ReplicaEvent {
         op: u64,
         sequence: u64,
     },
+    /// The namespace held an earlier incarnation's files (another cluster id): they are being
+    /// removed, and the replica formats itself after.
+    Wiping,
+    /// The namespace holds a newer incarnation's files: this replica stays opening for good.
+    Superseded,
 }
 
 /// An uncommitted prepare of the primary's pipeline, with the backups that acknowledged it.
@@ -109,6 +114,7 @@ pub struct Replica<S: StateMachine> {
     /// The highest view this replica promised not to go below (voted in, or installed): what the
     /// superblock persists as `view`.
     view_promised: u32,
+    superseded: bool,
     /// The view whose log this replica's log is (the latest view it installed a log from).
     log_view: u32,
     /// The head of the log and its checksum.
@@ -186,6 +192,7 @@ impl<S: StateMachine> Replica<S> {
             status: Status::Opening,
             view: 0,
             view_promised: 0,
+            superseded: false,
             log_view: 0,
             op: 0,
             op_checksum: 0,
@@ -257,6 +264,11 @@ impl<S: StateMachine> Replica<S> {
     pub fn state_machine(&self) -> &S {
         &self.state_machine
     }
+    /// Opened for an older incarnation than its namespace's files hold (see `recovery`).
+    pub fn superseded(&self) -> bool {
+        self.superseded
+    }
+
     pub fn client_table(&self) -> &ClientTable {
         &self.client_table
     }

@@ -11,6 +11,13 @@ use crate::journal::Entry;
 use crate::request::{batched_requests, valid_batch, OPERATION_REGISTER};
 use crate::state_machine::StateMachine;
 
+/// The answer to a register of a client the table already holds: its session and the last
+/// request number applied in it, as a register's reply (not the reply of that last request: the
+/// one who registers must know the session is an existing one, and go on above its number).
+fn register_answer(entry: &ClientEntry) -> ClientEntry {
+    ClientEntry { reply_operation: OPERATION_REGISTER, reply: entry.session.to_le_bytes().to_vec(), ..entry.clone() }
+}
+
 /// Eviction reasons (byte 255 of an eviction).
 pub const EVICTION_REASON_NO_SESSION: u8 = 1;
 
@@ -49,7 +56,7 @@ impl<S: StateMachine> Replica<S> {
                     self.send_eviction(io, &header);
                     return;
                 }
-                let entry = entry.clone();
+                let entry = register_answer(entry);
                 self.send_reply(io, &header, entry.request, &entry);
                 return;
             }
@@ -412,8 +419,8 @@ impl<S: StateMachine> Replica<S> {
                         if entry.user_id != request.header.user_id {
                             self.send_eviction(io, &request.header);
                         } else {
-                            let entry = entry.clone();
-                            self.send_reply(io, &request.header, 0, &entry);
+                            let entry = register_answer(entry);
+                            self.send_reply(io, &request.header, entry.request, &entry);
                         }
                     }
                     continue;

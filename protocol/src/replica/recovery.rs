@@ -9,8 +9,17 @@
 //! headers without bodies, repaired from peers later. What does not chain (a torn tail, prepares
 //! a view change discarded) is dropped: none of it was ever acknowledged. The replica then waits
 //! in `Recovering` for the current view's start_view, or starts a view change if none comes.
+//!
+//! A partition group's cluster id is its lineage (high 64 bits) and its incarnation (low 64
+//! bits): a group deleted and created again with the same namespace has a newer incarnation (the
+//! node derives it from the group's creation). Files of an earlier incarnation are removed, the
+//! superblocks last (so a crash in between finds them again and goes on removing), and the
+//! replica formats itself: the new group never sees the old one's log, checkpoint or client
+//! table. Files of a *newer* incarnation mean this replica was opened from metadata that lags:
+//! it stays opening, touches nothing, and is superseded (the node closes it without removing
+//! anything). The metadata group's cluster id never changes: another one is a misconfiguration.
 
-use vireo_io::{Completion, Io, IoError};
+use vireo_io::{Completion, FileId, FileKind, Io, IoError};
 use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file, HEADER_SIZE};
 use vireo_storage::superblock::{choose, Superblock, SuperblockError, SUPERBLOCK_SIZE_MAX};
@@ -25,6 +34,9 @@ const READ_SUPERBLOCK: u64 = 0;
 const READ_SNAPSHOT: u64 = 1;
 const READ_WAL_HEADER: u64 = 2;
 const READ_WAL_PREPARE: u64 = 3;
+const WIPE_LIST: u64 = 4;
+const WIPE_REMOVE: u64 = 5;
+const WIPE_REMOVE_SUPERBLOCK: u64 = 6;
 // Below bit 40: a shard marks bits 40..56 of a token with the group it belongs to.
 const READ_SHIFT: u32 = 32;
 
@@ -64,8 +76,13 @@ impl<S: StateMachine> Replica<S> {
         assert_eq!(self.status, Status::Opening);
         let detail = token_detail(completion.token());
         let (what, index) = (detail >> READ_SHIFT, (detail & ((1 << READ_SHIFT) - 1)) as usize);
+        let completion = match completion {
+            Completion::List { result, .. } => return self.wipe_listed(io, result),
+            Completion::Remove { result, .. } => return self.wipe_removed(io, what, result),
+            other => other,
+        };
         let Completion::Read { result, .. } = completion else {
-            panic!("opening issues only reads");
+            panic!("opening issues only reads, lists and removes");
         };
         let opening = self.opening.as_mut().expect("opening");
         opening.outstanding -= 1;
@@ -137,7 +154,18 @@ impl<S: StateMachine> Replica<S> {
             }
         };
         let state = &superblock.vsr_state;
-        assert_eq!(state.cluster, self.config.cluster, "superblock of another cluster");
+        if state.cluster != self.config.cluster {
+            assert!(!self.config.namespace.is_metadata(), "superblock of another cluster");
+            let (ours, theirs) = (self.config.cluster, state.cluster);
+            if ours >> 64 == theirs >> 64 && theirs as u64 > ours as u64 {
+                self.superseded = true;
+                self.opening = None;
+                self.event(ReplicaEvent::Superseded);
+                return;
+            }
+            self.wipe(io);
+            return;
+        }
         assert_eq!(state.replica, self.replica, "superblock of another replica");
         assert_eq!(state.replica_count, self.config.replica_count, "superblock of another cluster shape");
         self.superblock.durable = superblock;
@@ -201,6 +229,56 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Removes an earlier incarnation's files from the namespace, then formats.
+    fn wipe(&mut self, io: &mut impl Io) {
+        self.event(ReplicaEvent::Wiping);
+        // Formatted afresh: copy a is written first, as on a new disk (copy b existing then
+        // proves copy a was synced once).
+        self.superblock.first_copy = 0;
+        io.list(self.config.namespace, token(TokenKind::Open, WIPE_LIST << READ_SHIFT));
+        self.opening.as_mut().expect("opening").outstanding = 1;
+    }
+
+    fn wipe_listed(&mut self, io: &mut impl Io, result: Result<Vec<(FileKind, u64)>, IoError>) {
+        let files = result.unwrap_or_else(|error| panic!("replica {}: cannot list its files: {error}", self.replica));
+        let namespace = self.config.namespace;
+        let mut outstanding = 0;
+        for (kind, _) in files {
+            if !matches!(kind, FileKind::SuperblockA | FileKind::SuperblockB) {
+                io.remove(FileId::new(namespace, kind), token(TokenKind::Open, WIPE_REMOVE << READ_SHIFT));
+                outstanding += 1;
+            }
+        }
+        let opening = self.opening.as_mut().expect("opening");
+        opening.outstanding = outstanding;
+        if outstanding == 0 {
+            self.wipe_superblocks(io);
+        }
+    }
+
+    fn wipe_superblocks(&mut self, io: &mut impl Io) {
+        for file in superblock_files(self.config.namespace) {
+            io.remove(file, token(TokenKind::Open, WIPE_REMOVE_SUPERBLOCK << READ_SHIFT));
+        }
+        self.opening.as_mut().expect("opening").outstanding = 2;
+    }
+
+    fn wipe_removed(&mut self, io: &mut impl Io, what: u64, result: Result<(), IoError>) {
+        if let Err(error) = result {
+            panic!("replica {}: cannot remove an earlier incarnation's file: {error}", self.replica);
+        }
+        let opening = self.opening.as_mut().expect("opening");
+        opening.outstanding -= 1;
+        if opening.outstanding > 0 {
+            return;
+        }
+        match what {
+            WIPE_REMOVE => self.wipe_superblocks(io),
+            WIPE_REMOVE_SUPERBLOCK => self.format(io),
+            other => panic!("unknown wipe step {other}"),
+        }
+    }
+
     fn format(&mut self, io: &mut impl Io) {
         self.opening = None;
         let root = root_checksum(self.config.cluster);
@@ -228,8 +306,13 @@ impl<S: StateMachine> Replica<S> {
         for slot in 0..layout.slot_count as usize {
             let header_bytes = opening.wal_headers[slot].as_ref().and_then(|read| read.as_ref().ok());
             let prepare_bytes = opening.wal_prepares[slot].as_ref().and_then(|read| read.as_ref().ok());
-            let recovered =
-                recover_slot(&layout, slot as u64, header_bytes.map(Vec::as_slice), prepare_bytes.map(Vec::as_slice));
+            let recovered = recover_slot(
+                &layout,
+                slot as u64,
+                self.config.cluster,
+                header_bytes.map(Vec::as_slice),
+                prepare_bytes.map(Vec::as_slice),
+            );
             match recovered {
                 RecoveredSlot::Empty => {}
                 RecoveredSlot::Prepare { header, body, redundant } if header.op > checkpoint_op => {

@@ -13,7 +13,7 @@
 //! breaks. A frame the network drops breaks the connection (both ends learn it closed), and a
 //! crash closes every connection of the node.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
@@ -132,6 +132,10 @@ pub struct StreamingCounters {
     pub sessions_opened: u64,
     /// Sessions the nodes ended for clients that left (their groups left with them).
     pub sessions_ended: u64,
+    /// Replicas that found an earlier incarnation's files and removed them.
+    pub incarnations_wiped: u64,
+    /// Replicas opened from lagging metadata that found a newer incarnation's files.
+    pub replicas_superseded: u64,
 }
 
 impl SimEvent for Event {
@@ -242,8 +246,8 @@ pub struct StreamingCluster {
     trace_hash: u64,
     pub events_processed: u64,
     max_down: usize,
-    /// (group, op) -> (checksum, digest) as the first replica committed it.
-    committed: BTreeMap<(Namespace, u64), (u128, u64)>,
+    /// (group, incarnation, op) -> (checksum, digest) as the first replica committed it.
+    committed: BTreeMap<(Namespace, u64, u64), (u128, u64)>,
     pub counters: StreamingCounters,
     topology: Topology,
 }
@@ -498,7 +502,7 @@ impl StreamingCluster {
         loop {
             let node = &mut self.nodes[index as usize];
             let Some(event) = node.shards.get_mut(shard as usize).and_then(Node::poll_event) else { return Ok(()) };
-            let NodeEvent::Replica(ShardEvent { namespace, event }) = event else {
+            let NodeEvent::Replica(ShardEvent { namespace, incarnation, event }) = event else {
                 match event {
                     NodeEvent::ConnectionRefused { .. } => self.counters.connections_refused += 1,
                     NodeEvent::SessionOpened { .. } => self.counters.sessions_opened += 1,
@@ -511,9 +515,9 @@ impl StreamingCluster {
             match event {
                 ReplicaEvent::Committed { op, checksum, digest } => {
                     self.hash(&[1, index as u64, namespace.0, op, digest]);
-                    match self.committed.get(&(namespace, op)) {
+                    match self.committed.get(&(namespace, incarnation, op)) {
                         None => {
-                            self.committed.insert((namespace, op), (checksum, digest));
+                            self.committed.insert((namespace, incarnation, op), (checksum, digest));
                         }
                         Some(&(expected_checksum, expected_digest)) => {
                             if (checksum, digest) != (expected_checksum, expected_digest) {
@@ -534,7 +538,12 @@ impl StreamingCluster {
                     self.log(|| format!("n{index}/s{shard} {} status={status:?} view={view}", group_name(namespace)));
                 }
                 other => {
-                    self.log(|| format!("n{index}/s{shard} {} {other:?}", group_name(namespace)));
+                    match other {
+                        ReplicaEvent::Wiping => self.counters.incarnations_wiped += 1,
+                        ReplicaEvent::Superseded => self.counters.replicas_superseded += 1,
+                        _ => {}
+                    }
+                    self.log(|| format!("n{index}/s{shard} {}#{incarnation} {other:?}", group_name(namespace)));
                 }
             }
         }
@@ -1055,7 +1064,7 @@ impl StreamingCluster {
                 }
             }
         }
-        let expected: BTreeSet<Namespace> = self.nodes[0].shards[0]
+        let expected: BTreeMap<Namespace, u64> = self.nodes[0].shards[0]
             .shard()
             .metadata()
             .map(|replica| replica.state_machine().partitions())
