@@ -20,7 +20,7 @@ pub mod shard;
 pub mod wire_view;
 
 pub use node::{Node, NodeConfig, NodeCounters, NodeEvent};
-pub use node_io::{ChannelFull, ConnectionId, MetadataView, NodeIo, ShardMessage};
+pub use node_io::{ChannelFull, ConnectionId, LocalRead, MetadataView, NodeIo, ShardMessage};
 
 pub use vireo_io as io;
 pub use vireo_protocol as protocol;

@@ -54,9 +54,10 @@ use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
 };
 use crate::metadata_plane::{internal_body, purged_topics, LoginProof, MetadataMachine, OPERATION_END_SESSION};
-use crate::node_io::{ConnectionId, MetadataView, NodeIo, ShardMessage};
+use crate::node_io::{ConnectionId, LocalRead, MetadataView, NodeIo, ShardMessage};
 use crate::partition::request::{
-    PartitionRequest, OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
+    encode_poll_reply, PartitionRequest, PollReply, OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES,
+    OPERATION_STORE_CONSUMER_OFFSET,
 };
 use crate::reads::{self, Reader};
 use crate::routing::shard_of;
@@ -136,6 +137,11 @@ pub enum NodeEvent {
         request: u64,
         operation: u8,
         status: u32,
+    },
+    /// A poll answered from this shard's replica of its group, without consensus.
+    ReadLocally {
+        group: Namespace,
+        count: u32,
     },
     /// The client of a closed connection (or a logout) is being taken out of its groups.
     SessionEnding {
@@ -437,6 +443,15 @@ impl Node {
             ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, &bytes)),
             ShardMessage::ClientReply(bytes) => self.on_client_reply(io, &bytes),
             ShardMessage::Metadata(view) => self.on_metadata_view(io, view),
+            ShardMessage::Read(read) => {
+                let frame = self.read_locally(&read.request, &read.poll);
+                self.send_read_answer(io, read.request.origin, read.connection, frame);
+            }
+            ShardMessage::ToConnection { connection, frame } => {
+                if self.connections.contains_key(&connection) {
+                    io.send_to_connection(connection, frame);
+                }
+            }
         }
     }
 
@@ -692,6 +707,18 @@ impl Node {
             ClientRequest::PollMessages(poll) => {
                 let cursor = self.bump_cursor(connection);
                 match admit_poll(&metadata, user_id, client, poll, cursor)? {
+                    // Without auto-commit a poll changes nothing: the owning shard of this node
+                    // answers it from its replica's committed log.
+                    PollAdmission::Group(admitted) if !poll.auto_commit => {
+                        self.event(NodeEvent::Admitted {
+                            connection,
+                            request: header.request,
+                            operation: header.operation,
+                            group: admitted.group,
+                            shard: shard_of(admitted.group, self.config.shard.shards),
+                        });
+                        self.read_poll(io, connection, header, admitted.group, admitted.request)
+                    }
                     PollAdmission::Group(admitted) => self.submit(io, connection, &header, admitted),
                     PollAdmission::NothingAssigned => {
                         let empty = wire::PollReply::new(0, 0, Vec::new()).expect("no batches").encode();
@@ -725,6 +752,73 @@ impl Node {
     /// The incarnation of a partition's group in the committed metadata this shard reads.
     fn incarnation_of(&self, group: Namespace) -> u64 {
         self.view.as_ref().and_then(|view| view.partitions.get(&group).copied()).unwrap_or(0)
+    }
+
+    /// A poll without auto-commit, to the shard that hosts its group on this node.
+    fn read_poll(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        mut header: Header,
+        group: Namespace,
+        poll: PartitionRequest,
+    ) -> Result<(), u32> {
+        let owner = shard_of(group, self.config.shard.shards);
+        header.origin = Some(Origin { node: self.node_index(), shard: self.shard_index() });
+        header.group = group_of(group);
+        if owner == self.shard_index() {
+            let frame = self.read_locally(&header, &poll);
+            self.send_read_answer(io, header.origin, connection, frame);
+            return Ok(());
+        }
+        io.send_to_shard(owner, ShardMessage::Read(Box::new(LocalRead { connection, request: header, poll })))
+            .map_err(|_| STATUS_TRANSIENT_NOT_ACCEPTED)
+    }
+
+    /// The reply to a poll from this shard's replica of its group: a committed prefix of the
+    /// log (empty when this node does not host the group yet).
+    fn read_locally(&mut self, request: &Header, poll: &PartitionRequest) -> Vec<u8> {
+        let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = *poll else {
+            unreachable!("only polls are read locally");
+        };
+        let group = group_namespace(request.group).expect("a read names its group");
+        let reply = match self.shard.partition(group) {
+            Some(replica) if replica.status() != Status::Opening => {
+                replica.state_machine().read(partition, consumer, strategy, count)
+            }
+            _ => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
+        };
+        let (status, body) = match client_reply_body(&ReplyKind::Poll, 0, &encode_poll_reply(&reply)) {
+            Ok(body) => (0, body),
+            Err(status) => (status, Vec::new()),
+        };
+        self.event(NodeEvent::ReadLocally { group, count: reply.count });
+        node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, body)
+    }
+
+    fn send_read_answer(
+        &mut self,
+        io: &mut impl NodeIo,
+        origin: Option<Origin>,
+        connection: ConnectionId,
+        frame: Vec<u8>,
+    ) {
+        let origin = origin.expect("reads carry their origin");
+        if origin.shard == self.shard_index() {
+            if self.connections.contains_key(&connection) {
+                let header = Header::decode(&frame).expect("a frame of our own");
+                io.send_to_connection(connection, frame);
+                self.event(NodeEvent::Answered {
+                    connection,
+                    request: header.request,
+                    operation: header.operation,
+                    status: header.status,
+                });
+            }
+        } else if io.send_to_shard(origin.shard, ShardMessage::ToConnection { connection, frame }).is_err() {
+            // The client's timeout covers it (a read changes nothing: it may be asked again).
+            self.counters.channel_full += 1;
+        }
     }
 
     /// This shard's connections as get_clients shows them.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use vireo_io::{Io, Namespace};
 
+use vireo_protocol::header::Header;
+
 use crate::metadata::Metadata;
+use crate::partition::request::PartitionRequest;
 
 /// A client connection, numbered by the driver (never reused while the driver runs).
 pub type ConnectionId = u64;
@@ -33,16 +36,31 @@ pub enum ShardMessage {
     ClientReply(Vec<u8>),
     /// The committed metadata, published by shard 0.
     Metadata(MetadataView),
+    /// A poll without auto-commit for a group the receiving shard hosts, answered from its
+    /// replica's committed log (no consensus): the reply goes back as `ToConnection`.
+    Read(Box<LocalRead>),
+    /// A reply frame for a connection the receiving shard holds.
+    ToConnection { connection: ConnectionId, frame: Vec<u8> },
 }
 
 impl ShardMessage {
     /// Bytes the message carries (what a channel's bound is counted against).
     pub fn size_bytes(&self) -> usize {
         match self {
-            ShardMessage::Frame(bytes) | ShardMessage::ClientReply(bytes) => bytes.len(),
-            ShardMessage::Metadata(_) => 0,
+            ShardMessage::Frame(bytes)
+            | ShardMessage::ClientReply(bytes)
+            | ShardMessage::ToConnection { frame: bytes, .. } => bytes.len(),
+            ShardMessage::Metadata(_) | ShardMessage::Read(_) => 0,
         }
     }
+}
+
+/// A poll one shard hands to the shard of its node that hosts the poll's group.
+#[derive(Clone, Debug)]
+pub struct LocalRead {
+    pub connection: ConnectionId,
+    pub request: Header,
+    pub poll: PartitionRequest,
 }
 
 /// The channel to a shard holds as many messages as it may: the message was not sent.

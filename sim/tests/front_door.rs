@@ -350,6 +350,7 @@ fn tell(shard: u16, event: &NodeEvent) -> Option<String> {
                 format!("admitted request={request} operation={operation} -> {} on s{shard}", group(*to))
             }
             NodeEvent::SessionOpening { group: to, .. } => format!("opening the client's session in {}", group(*to)),
+            NodeEvent::ReadLocally { group: from, count } => format!("{} read locally: {count} messages", group(*from)),
             NodeEvent::SessionEnding { .. } => "the client is gone: leaving its groups".to_string(),
             NodeEvent::SessionOpened { group: to, session, .. } => format!("session {session} in {}", group(*to)),
             NodeEvent::Denied { request, operation, status, .. } => {

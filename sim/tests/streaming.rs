@@ -51,7 +51,11 @@ fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
     });
     let (seed, code, message) = caught.expect("caught within 60 seeds");
     assert_eq!(code, 129, "seed {seed}: {message}");
-    assert!(message.contains("duplicate") || message.contains("inconsistent"), "seed {seed}: {message}");
+    // Applied twice: a send lands twice, or an auto-committing poll moves its offset twice.
+    assert!(
+        message.contains("duplicate") || message.contains("inconsistent") || message.contains("poll skip"),
+        "seed {seed}: {message}"
+    );
 }
 
 /// Request -> the node's admission, session and routing -> replication -> reply, for

@@ -101,6 +101,18 @@ impl PartitionMachine {
         count: u32,
         auto_commit: bool,
     ) -> Result<PollReply, PartitionStatus> {
+        let reply = self.read(partition, consumer, strategy, count);
+        if auto_commit && reply.count > 0 {
+            self.store_offset(consumer, reply.start + reply.count as u64 - 1)?;
+        }
+        Ok(reply)
+    }
+
+    /// What a poll returns, changing nothing: the messages of the applied (so committed) log
+    /// from where `strategy` says, at most `count` (and `POLL_BYTES_MAX` of whole batches). A node
+    /// answers a poll without auto-commit with this, from its own replica: a replica that lags
+    /// returns a prefix of the log, never a message that is not committed.
+    pub fn read(&self, partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> PollReply {
         let count = count.min(POLL_COUNT_MAX);
         let stored = self.consumer_offsets.get(&consumer).copied();
         let start = match strategy {
@@ -128,11 +140,8 @@ impl PartitionMachine {
             }
         }
         let delivered = end.saturating_sub(start).min(count as u64) as u32;
-        if auto_commit && delivered > 0 {
-            self.store_offset(consumer, start + delivered as u64 - 1)?;
-        }
         let current_offset = self.next_offset.checked_sub(1).unwrap_or(u64::MAX);
-        Ok(PollReply { partition, current_offset, start, count: delivered, batches })
+        PollReply { partition, current_offset, start, count: delivered, batches }
     }
 
     fn store_offset(&mut self, consumer: ConsumerKey, offset: u64) -> Result<(), PartitionStatus> {

@@ -828,7 +828,8 @@ impl StreamClient {
                 let (status, ids) = match ResultSection::decode_prefix(&message.body) {
                     Ok((section, payload)) => (
                         section.entries.first().map_or(0, |entry| entry.result),
-                        payload.chunks_exact(4).map(|id| u32::from_le_bytes(id.try_into().unwrap())).collect(),
+                        // A create's details start with the created object's id.
+                        payload.get(..4).map(|id| u32::from_le_bytes(id.try_into().unwrap())).into_iter().collect(),
                     ),
                     Err(_) => (u32::MAX, Vec::new()),
                 };

@@ -132,6 +132,8 @@ pub struct StreamingCounters {
     pub sessions_opened: u64,
     /// Sessions the nodes ended for clients that left (their groups left with them).
     pub sessions_ended: u64,
+    /// Polls answered from a node's own replica, without consensus.
+    pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
     pub incarnations_wiped: u64,
     /// Replicas opened from lagging metadata that found a newer incarnation's files.
@@ -507,6 +509,7 @@ impl StreamingCluster {
                     NodeEvent::ConnectionRefused { .. } => self.counters.connections_refused += 1,
                     NodeEvent::SessionOpened { .. } => self.counters.sessions_opened += 1,
                     NodeEvent::SessionEnding { .. } => self.counters.sessions_ended += 1,
+                    NodeEvent::ReadLocally { .. } => self.counters.polls_read_locally += 1,
                     _ => {}
                 }
                 self.trace_node_event(index, shard, &event);
@@ -868,6 +871,9 @@ impl StreamingCluster {
             NodeEvent::SessionOpening { connection, group } => {
                 format!("connection {connection}: opening a session in {}", group_name(*group))
             }
+            NodeEvent::ReadLocally { group, count } => {
+                format!("{} read locally: {count} messages", group_name(*group))
+            }
             NodeEvent::SessionEnding { client } => format!("client {:04x} gone: leaving its groups", client & 0xffff),
             NodeEvent::SessionOpened { connection, group, session } => {
                 format!("connection {connection}: session {session} in {}", group_name(*group))
@@ -965,8 +971,11 @@ impl StreamingCluster {
                 }
                 self.nodes[node as usize].channel_depth[shard as usize] -= 1;
                 let digest = match &message {
-                    ShardMessage::Frame(bytes) | ShardMessage::ClientReply(bytes) => checksum64(bytes),
+                    ShardMessage::Frame(bytes)
+                    | ShardMessage::ClientReply(bytes)
+                    | ShardMessage::ToConnection { frame: bytes, .. } => checksum64(bytes),
                     ShardMessage::Metadata(view) => view.op,
+                    ShardMessage::Read(read) => read.connection ^ read.request.request,
                 };
                 self.hash(&[7, node as u64, shard as u64, digest]);
                 with_node!(self, node, shard, |target, io| target.on_shard_message(&mut io, message));
