@@ -331,6 +331,14 @@ impl Cluster {
                 ReplicaEvent::StatusChanged { status, view } => {
                     self.hash(&[2, index as u64, *view as u64, *status as u64]);
                 }
+                ReplicaEvent::Failed { .. } => {
+                    // The replica stopped on a failed write or sync: its process exits and is
+                    // started again, recovering from what is durable.
+                    self.log(|| format!("r{index} failed: {event:?}; restarting"));
+                    self.crash(index);
+                    self.nodes[index as usize].restart_at_tick = Some(self.tick + 1);
+                    return Ok(());
+                }
                 _ => {}
             }
             if self.trace.is_some() {
@@ -348,6 +356,7 @@ impl Cluster {
                     }
                     ReplicaEvent::Wiping => format!("r{index} wiping an earlier incarnation's files"),
                     ReplicaEvent::Superseded => format!("r{index} superseded by a newer incarnation"),
+                    ReplicaEvent::Failed { .. } => unreachable!("handled above"),
                 };
                 self.log(|| line);
             }
@@ -674,6 +683,7 @@ pub(crate) fn quiet_rates(rates: &FaultRates) -> FaultRates {
         latent_sector_ppm: 0,
         read_corruption_ppm: 0,
         slow_disk_ppm: 0,
+        wal_error_ppm: 0,
         ..rates.clone()
     }
 }

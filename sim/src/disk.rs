@@ -186,6 +186,11 @@ impl SimDisk {
             self.faults_injected += 1;
             return Err(IoError::NoSpace);
         }
+        if file.kind == FileKind::Wal && self.write_faulty(file, offset) && rng.chance(rates.wal_error_ppm) {
+            // The device failed the write: nothing of it lands.
+            self.faults_injected += 1;
+            return Err(IoError::Device);
+        }
         if self.write_faulty(file, offset) {
             if rng.chance(rates.write_corruption_ppm) && !bytes.is_empty() {
                 let bit = rng.below(bytes.len() as u64 * 8);
@@ -259,6 +264,12 @@ impl SimDisk {
     }
 
     pub fn sync(&mut self, file: FileId, upto: u64) -> Result<(), IoError> {
+        self.sync_failing(file, upto, false)
+    }
+
+    /// `fail`: the device reports an error, and the writes the sync was to make durable are
+    /// lost (what Linux does with dirty pages after a failed fsync).
+    fn sync_failing(&mut self, file: FileId, upto: u64, fail: bool) -> Result<(), IoError> {
         if self.in_flight.iter().any(|(_, written, ..)| *written == file) {
             self.files.entry(file).or_default();
         }
@@ -268,6 +279,11 @@ impl SimDisk {
         };
         let (covered, later): (Vec<_>, Vec<_>) =
             std::mem::take(&mut target.unsynced).into_iter().partition(|(_, _, completed)| *completed <= upto);
+        if fail {
+            target.unsynced = later;
+            self.faults_injected += 1;
+            return Err(IoError::Device);
+        }
         for (offset, bytes, _) in covered {
             apply(&mut target.durable, offset, &bytes);
         }
@@ -345,7 +361,12 @@ impl SimDisk {
             DiskRequest::Read { file, offset, len } => {
                 Completion::Read { token, result: self.read(file, offset, len, rng, rates) }
             }
-            DiskRequest::Sync { file, upto } => Completion::Sync { token, result: self.sync(file, upto) },
+            DiskRequest::Sync { file, upto } => {
+                let fail = file.kind == FileKind::Wal
+                    && self.fault_zone.is_some_and(|zone| matches!(zone, Zone::WalHeaders | Zone::WalPrepares))
+                    && rng.chance(rates.wal_error_ppm);
+                Completion::Sync { token, result: self.sync_failing(file, upto, fail) }
+            }
             DiskRequest::Truncate { file, len } => Completion::Truncate { token, result: self.truncate(file, len) },
             DiskRequest::Remove { file } => {
                 self.remove(file);

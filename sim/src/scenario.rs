@@ -123,6 +123,10 @@ pub struct FaultRates {
     pub read_corruption_ppm: u32,
     /// Per I/O: the disk is slow for this one (x20 latency).
     pub slow_disk_ppm: u32,
+    /// Per write or sync of a faulty disk's WAL: the device reports an error (EIO). A failed
+    /// sync loses the writes it was to make durable (as Linux drops dirty pages on an fsync
+    /// error); the replica must stop and recover from what is durable.
+    pub wal_error_ppm: u32,
 }
 
 impl FaultRates {
@@ -146,6 +150,7 @@ impl FaultRates {
             latent_sector_ppm: 0,
             read_corruption_ppm: 0,
             slow_disk_ppm: 0,
+            wal_error_ppm: 0,
         }
     }
 }
@@ -212,6 +217,8 @@ impl Scenario {
                     latent_sector_ppm: rng.range(0, 10_000) as u32 * scale,
                     read_corruption_ppm: rng.range(0, 10_000) as u32 * scale,
                     slow_disk_ppm: rng.range(0, 10_000) as u32,
+                    // From the seed, not the RNG: every recorded seed replays its draws as found.
+                    wal_error_ppm: (vireo_storage::checksum::checksum64(&seed.to_le_bytes()) % 2_000) as u32 * scale,
                 }
             }
         };

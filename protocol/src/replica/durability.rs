@@ -290,7 +290,8 @@ impl<S: StateMachine> Replica<S> {
                 if let Err(error) = result {
                     // The journal cannot promise anything it failed to write: stop the replica,
                     // it recovers from what is durable.
-                    panic!("replica {}: WAL write failed: {error}", self.replica);
+                    self.fail_stop(error, "WAL write");
+                    return;
                 }
                 assert!(matches!(self.wal.stage, WalStage::Prepares | WalStage::Headers));
                 self.wal.outstanding -= 1;
@@ -304,7 +305,10 @@ impl<S: StateMachine> Replica<S> {
             }
             Completion::Sync { result, .. } => {
                 if let Err(error) = result {
-                    panic!("replica {}: WAL sync failed: {error}", self.replica);
+                    // What the sync was to make durable may be lost (the kernel drops dirty pages
+                    // on a failed fsync): nothing of it may be acknowledged, ever.
+                    self.fail_stop(error, "WAL sync");
+                    return;
                 }
                 match self.wal.stage {
                     WalStage::PreparesSync => self.wal_write_headers(io),
@@ -436,7 +440,8 @@ impl<S: StateMachine> Replica<S> {
             _ => panic!("the superblock pipeline issues only writes and syncs"),
         };
         if let Some(error) = failed {
-            panic!("replica {}: superblock write failed: {error}", self.replica);
+            self.fail_stop(error, "superblock write");
+            return;
         }
         let writing = self.superblock.writing.as_ref().expect("a superblock write in flight");
         self.superblock.stage = match self.superblock.stage {
@@ -567,7 +572,8 @@ impl<S: StateMachine> Replica<S> {
             _ => panic!("the snapshot pipeline issues only writes and syncs"),
         };
         if let Some(error) = failed {
-            panic!("replica {}: snapshot write failed: {error}", self.replica);
+            self.fail_stop(error, "checkpoint write");
+            return;
         }
         match self.snapshot.stage {
             SnapshotStage::Writing => {

@@ -30,7 +30,7 @@ mod view_change;
 
 use std::collections::VecDeque;
 
-use vireo_io::{Completion, Io, Peer};
+use vireo_io::{Completion, Io, IoError, Peer};
 use vireo_storage::layout::WalLayout;
 use vireo_storage::superblock::VsrState;
 
@@ -91,6 +91,12 @@ pub enum ReplicaEvent {
     Wiping,
     /// The namespace holds a newer incarnation's files: this replica stays opening for good.
     Superseded,
+    /// A write or sync of the replica's own files failed: it stopped, answers nothing more, and
+    /// must be opened again (its driver restarts it) to recover from what is durable.
+    Failed {
+        what: &'static str,
+        error: IoError,
+    },
 }
 
 /// An uncommitted prepare of the primary's pipeline, with the backups that acknowledged it.
@@ -115,6 +121,7 @@ pub struct Replica<S: StateMachine> {
     /// superblock persists as `view`.
     view_promised: u32,
     superseded: bool,
+    failed: bool,
     /// The view whose log this replica's log is (the latest view it installed a log from).
     log_view: u32,
     /// The head of the log and its checksum.
@@ -193,6 +200,7 @@ impl<S: StateMachine> Replica<S> {
             view: 0,
             view_promised: 0,
             superseded: false,
+            failed: false,
             log_view: 0,
             op: 0,
             op_checksum: 0,
@@ -269,6 +277,20 @@ impl<S: StateMachine> Replica<S> {
         self.superseded
     }
 
+    /// Stopped by a failed write or sync (`ReplicaEvent::Failed`).
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// A write or sync failed: nothing this replica holds in memory may be promised any more.
+    /// It stops taking inputs; its driver opens it again from what is durable.
+    pub(super) fn fail_stop(&mut self, error: IoError, what: &'static str) {
+        if !self.failed {
+            self.failed = true;
+            self.event(ReplicaEvent::Failed { what, error });
+        }
+    }
+
     pub fn client_table(&self) -> &ClientTable {
         &self.client_table
     }
@@ -340,7 +362,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// A message arrived from a peer or a client. Anything malformed is dropped.
     pub fn on_message(&mut self, io: &mut impl Io, bytes: &[u8]) {
-        if self.status == Status::Opening {
+        if self.status == Status::Opening || self.failed {
             return;
         }
         let Some(command) = bytes.get(60).and_then(|command| Command::from_u8(*command)) else {
@@ -385,6 +407,9 @@ impl<S: StateMachine> Replica<S> {
 
     /// An I/O request completed.
     pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
+        if self.failed {
+            return;
+        }
         let token = completion.token();
         match durability::token_kind(token) {
             durability::TokenKind::Open => self.open_on_completion(io, completion),
@@ -397,7 +422,7 @@ impl<S: StateMachine> Replica<S> {
 
     /// Called every `TICK_NS` by the driver: every timeout is counted here.
     pub fn tick(&mut self, io: &mut impl Io) {
-        if self.status == Status::Opening {
+        if self.status == Status::Opening || self.failed {
             return;
         }
         self.primary_silent_ticks += 1;

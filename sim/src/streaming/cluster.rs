@@ -132,6 +132,8 @@ pub struct StreamingCounters {
     pub sessions_opened: u64,
     /// Sessions the nodes ended for clients that left (their groups left with them).
     pub sessions_ended: u64,
+    /// Nodes restarted because a replica's write or sync failed.
+    pub fail_stops: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -539,6 +541,17 @@ impl StreamingCluster {
                 ReplicaEvent::StatusChanged { status, view } => {
                     self.hash(&[2, index as u64, namespace.0, view as u64, status as u64]);
                     self.log(|| format!("n{index}/s{shard} {} status={status:?} view={view}", group_name(namespace)));
+                }
+                ReplicaEvent::Failed { what, error } => {
+                    // A write or sync failed: the node's process exits and starts again,
+                    // recovering every group from what is durable.
+                    self.counters.fail_stops += 1;
+                    self.log(|| {
+                        format!("n{index}/s{shard} {} failed: {what}: {error}; node restarts", group_name(namespace))
+                    });
+                    self.crash(index);
+                    self.nodes[index as usize].restart_at_tick = Some(self.tick + 1);
+                    return Ok(());
                 }
                 other => {
                     match other {
