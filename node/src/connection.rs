@@ -202,7 +202,16 @@ impl Connection {
     /// Whether a register for `group` is already in flight (so another request waiting for
     /// the same session does not send a second one).
     pub fn opening(&self, group: Namespace) -> bool {
-        self.in_flight.values().any(|request| request.group == group && request.stage == Stage::OpeningSession)
+        !self.waiting_for_session(group).is_empty()
+    }
+
+    /// The requests in flight waiting for the session of `group` to open.
+    pub fn waiting_for_session(&self, group: Namespace) -> Vec<u64> {
+        self.in_flight
+            .iter()
+            .filter(|(_, in_flight)| in_flight.group == group && in_flight.stage == Stage::OpeningSession)
+            .map(|(key, _)| *key)
+            .collect()
     }
 
     /// Takes the next request number of the session in `group` (which must be open).

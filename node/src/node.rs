@@ -1246,12 +1246,7 @@ impl Node {
         if header.status != 0 {
             // Refused as it applied (a login whose credential went meanwhile): no session.
             let in_flight = conn.in_flight.remove(&key).expect("found");
-            let refused: Vec<u64> = conn
-                .in_flight
-                .iter()
-                .filter(|(_, waiting)| waiting.group == group && waiting.stage == Stage::OpeningSession)
-                .map(|(key, _)| *key)
-                .collect();
+            let refused = conn.waiting_for_session(group);
             if matches!(in_flight.kind, ReplyKind::Login { .. }) {
                 conn.login = Login::Anonymous;
                 self.clients.remove(&header.client);
@@ -1271,12 +1266,7 @@ impl Node {
             conn.open_session(group, incarnation, header.session, header.request, tick);
             self.event(NodeEvent::SessionOpened { connection, group, session: header.session });
             let conn = self.connections.get_mut(&connection).expect("still here");
-            let waiting: Vec<u64> = conn
-                .in_flight
-                .iter()
-                .filter(|(_, in_flight)| in_flight.group == group && in_flight.stage == Stage::OpeningSession)
-                .map(|(key, _)| *key)
-                .collect();
+            let waiting = conn.waiting_for_session(group);
             for key in waiting {
                 let conn = self.connections.get_mut(&connection).expect("still here");
                 let (session, number) = conn.next_request(group, tick);
