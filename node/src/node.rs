@@ -38,7 +38,7 @@ use std::sync::Arc;
 use vireo_io::{Completion, FileId, Instant, Io, Namespace, Peer, Token};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX};
-use vireo_protocol::request::OPERATION_REGISTER;
+use vireo_protocol::request::{OPERATION_REGISTER, OPERATION_UNREGISTER};
 use vireo_protocol::wire::{self, ClientRequest};
 use vireo_protocol::Status;
 use vireo_storage::layout::HEADER_SIZE;
@@ -171,6 +171,8 @@ pub struct NodeCounters {
     pub resends: u64,
     /// Ends of sessions given up (`ENDING_SESSIONS_MAX`, `ENDING_ATTEMPTS_MAX`).
     pub sessions_not_ended: u64,
+    /// Partition-group sessions freed for clients that left.
+    pub sessions_unregistered: u64,
 }
 
 /// The `Io` the groups run on: every ask passes through, but what a replica sends to a client
@@ -224,6 +226,8 @@ struct EndingSession {
 /// Sessions a shard ends at once; past it a closed client stays in its groups until its session
 /// is evicted (counted).
 pub const ENDING_SESSIONS_MAX: usize = 1024;
+/// Partition-group sessions a leaving client frees at once.
+pub const UNREGISTERS_MAX: usize = 64;
 /// Times an end of session is sent before it is given up (counted).
 pub const ENDING_ATTEMPTS_MAX: u32 = 16;
 
@@ -333,7 +337,28 @@ impl Node {
             }
         }
         self.end_session(io, &closed, closed.last_request + 1);
+        self.unregister_sessions(io, &closed);
         self.event(NodeEvent::ConnectionClosed { connection });
+    }
+
+    /// Frees the sessions a gone client held in partition groups (at most
+    /// `UNREGISTERS_MAX`; the groups' client tables evict the rest when they fill).
+    fn unregister_sessions(&mut self, io: &mut impl NodeIo, gone: &Connection) {
+        let Some((client, user_id, _)) = gone.logged_in() else { return };
+        let cluster = self.config.shard.metadata.cluster;
+        for (group, session) in gone.group_sessions.iter().take(UNREGISTERS_MAX) {
+            let mut header = Header::new(Command::Request, cluster, 0);
+            header.client = client;
+            header.session = session.session;
+            header.request = session.request + 1;
+            header.operation = OPERATION_UNREGISTER;
+            header.user_id = user_id;
+            header.group = group_of(*group);
+            header.origin = Some(gone.origin);
+            let frame = Message::new(header, Vec::new()).encode();
+            self.counters.sessions_unregistered += 1;
+            self.route_to_group(io, &header, frame);
+        }
     }
 
     /// Takes a client that is gone (its connection closed, or it logged out) out of every
@@ -654,6 +679,7 @@ impl Node {
         let ended = self.connections[&connection].clone();
         // The logout's own number (the SDK numbers it like a metadata command) ends the session.
         self.end_session(io, &ended, header.request.max(ended.last_request + 1));
+        self.unregister_sessions(io, &ended);
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         if let Some(client) = conn.client() {
             if self.clients.get(&client) == Some(&connection) {

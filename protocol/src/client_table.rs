@@ -95,6 +95,11 @@ impl ClientTable {
         evicted
     }
 
+    /// Ends a session: its entry goes.
+    pub fn unregister(&mut self, client: u128) {
+        self.entries.remove(&client);
+    }
+
     /// Records an applied request and its reply.
     pub fn update(&mut self, client: u128, entry: ClientEntry) {
         let existing = self.entries.get_mut(&client).expect("update of a registered client");

@@ -7,6 +7,10 @@ use vireo_storage::layout::HEADER_SIZE;
 
 /// Operations the replica itself interprets; everything else goes to the state machine.
 pub const OPERATION_REGISTER: u8 = 1;
+/// Ends a session (the node sends it for a client whose connection closed): its entry leaves the
+/// client table, freeing the slot. Numbered in the session like any request, so a copy that
+/// arrives late finds no session and changes nothing. No client sends it (the node refuses it).
+pub const OPERATION_UNREGISTER: u8 = 4;
 
 /// One request inside a prepare body.
 #[derive(Clone, Copy, Debug)]

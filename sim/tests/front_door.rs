@@ -650,3 +650,22 @@ fn a_deleted_topic_does_not_come_back_with_a_new_one() {
     let (resurrected, next_offset) = recreate_a_topic(Some(Bug::DeletedGroupsKeepTheirFiles));
     assert_eq!((resurrected, next_offset), (2, 2), "the planted bug resurrects the old messages");
 }
+
+/// A closed connection frees the sessions the node opened for it in partition groups.
+#[test]
+fn a_closed_connection_frees_its_partition_sessions() {
+    let mut world = World::new();
+    setup(&mut world);
+    assert_eq!(world.command(send(1, &[5])).0.status, 0);
+    let client = world.client;
+    let group = Namespace::partition(0, 0, 1);
+    let held = |world: &World| {
+        let shard = &world.shards[vireo_node::routing::shard_of(group, SHARDS) as usize];
+        shard.shard().partition(group).expect("hosted").client_table().get(client).is_some()
+    };
+    assert!(held(&world), "the send opened a session");
+    world.run(1, |node, io| node.on_connection_closed(io, CONNECTION));
+    world.settle();
+    assert!(!held(&world), "the closed connection's session is gone");
+    assert_eq!(world.shards[1].counters.sessions_unregistered, 1);
+}

@@ -8,7 +8,7 @@ use crate::client_table::{ClientEntry, RequestOutcome};
 use crate::config::Bug;
 use crate::header::{Command, Header, Message};
 use crate::journal::Entry;
-use crate::request::{batched_requests, valid_batch, OPERATION_REGISTER};
+use crate::request::{batched_requests, valid_batch, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use crate::state_machine::StateMachine;
 
 /// The answer to a register of a client the table already holds: its session and the last
@@ -448,6 +448,9 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             match self.client_table.outcome(client, request.header.session, request.header.request) {
+                RequestOutcome::New if request.header.operation == OPERATION_UNREGISTER => {
+                    self.client_table.unregister(client);
+                }
                 RequestOutcome::New => {
                     // The node that admitted the request stamped the user its connection is logged
                     // in as (a client re-logging in as someone else keeps its client id).
