@@ -44,6 +44,8 @@ struct Asks {
 struct ShardIo<'a> {
     now: u64,
     shard: u16,
+    /// Channels between shards refuse every message (full) while this is set.
+    channels_full: bool,
     disk: &'a mut SimDisk,
     rng: &'a mut SimRng,
     asks: &'a mut Asks,
@@ -84,6 +86,9 @@ impl Io for ShardIo<'_> {
 impl NodeIo for ShardIo<'_> {
     fn send_to_shard(&mut self, shard: u16, message: ShardMessage) -> Result<(), ChannelFull> {
         assert_ne!(shard, self.shard);
+        if self.channels_full {
+            return Err(ChannelFull(shard));
+        }
         self.asks.shard_messages.push((shard, message));
         Ok(())
     }
@@ -115,6 +120,7 @@ struct World {
     client: u128,
     session: u64,
     request: u64,
+    channels_full: bool,
 }
 
 impl World {
@@ -142,6 +148,7 @@ impl World {
             client: 0x5eed_0001,
             session: 0,
             request: 1,
+            channels_full: false,
         };
         for shard in 0..SHARDS {
             let node_config = NodeConfig {
@@ -164,7 +171,14 @@ impl World {
         world.settle();
         let node = &mut world.shards[1];
         let mut asks = Asks::default();
-        let mut io = ShardIo { now: world.now, shard: 1, disk: &mut world.disk, rng: &mut world.rng, asks: &mut asks };
+        let mut io = ShardIo {
+            now: world.now,
+            shard: 1,
+            channels_full: false,
+            disk: &mut world.disk,
+            rng: &mut world.rng,
+            asks: &mut asks,
+        };
         node.on_connection_opened(&mut io, CONNECTION);
         world.absorb(1, asks);
         world.settle();
@@ -174,7 +188,14 @@ impl World {
 
     fn with_io<T>(&mut self, shard: u16, action: impl FnOnce(&mut ShardIo) -> T) -> T {
         let mut asks = Asks::default();
-        let mut io = ShardIo { now: self.now, shard, disk: &mut self.disk, rng: &mut self.rng, asks: &mut asks };
+        let mut io = ShardIo {
+            now: self.now,
+            shard,
+            channels_full: self.channels_full,
+            disk: &mut self.disk,
+            rng: &mut self.rng,
+            asks: &mut asks,
+        };
         let result = action(&mut io);
         self.absorb(shard, asks);
         result
@@ -195,7 +216,14 @@ impl World {
     fn run(&mut self, shard: u16, action: impl FnOnce(&mut Node, &mut ShardIo)) {
         let mut asks = Asks::default();
         let node = &mut self.shards[shard as usize];
-        let mut io = ShardIo { now: self.now, shard, disk: &mut self.disk, rng: &mut self.rng, asks: &mut asks };
+        let mut io = ShardIo {
+            now: self.now,
+            shard,
+            channels_full: self.channels_full,
+            disk: &mut self.disk,
+            rng: &mut self.rng,
+            asks: &mut asks,
+        };
         action(node, &mut io);
         while let Some(event) = node.poll_event() {
             if let Some(line) = tell(shard, &event) {
@@ -486,7 +514,14 @@ fn refusals_carry_the_reference_codes() {
     for connection in 100..104 {
         let mut asks = Asks::default();
         let node = &mut world.shards[1];
-        let mut io = ShardIo { now: world.now, shard: 1, disk: &mut world.disk, rng: &mut world.rng, asks: &mut asks };
+        let mut io = ShardIo {
+            now: world.now,
+            shard: 1,
+            channels_full: false,
+            disk: &mut world.disk,
+            rng: &mut world.rng,
+            asks: &mut asks,
+        };
         node.on_connection_opened(&mut io, connection);
         if asks.closed {
             refused_at.get_or_insert(connection);
@@ -668,4 +703,45 @@ fn a_closed_connection_frees_its_partition_sessions() {
     world.settle();
     assert!(!held(&world), "the closed connection's session is gone");
     assert_eq!(world.shards[1].counters.sessions_unregistered, 1);
+}
+
+/// A full channel between shards is a defined answer, not a loss: the login cannot cross to the
+/// metadata group's shard, stays in flight, and is sent again once the channel has room.
+#[test]
+fn a_full_channel_delays_a_request_and_loses_nothing() {
+    let mut world = World::new();
+    world.channels_full = true;
+    let login = LoginRegister {
+        protocol_version: 0x2C00,
+        sdk_name: name("test"),
+        sdk_version: name("0"),
+        username: name("iggy"),
+        password: ShortBytes::new(b"iggy".to_vec()).unwrap(),
+        context: Vec::new(),
+    };
+    let frame =
+        Message::new(world.header(OPERATION_REGISTER, 0), ClientRequest::LoginRegister(login).encode()).encode();
+    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frame));
+    for _ in 0..50 {
+        world.settle();
+        world.now += 10_000_000;
+        world.run(1, |node, io| node.tick(io));
+    }
+    assert!(world.replies.is_empty(), "nothing crossed, nothing answered");
+    assert!(world.shards[1].counters.channel_full > 0);
+    world.channels_full = false;
+    for _ in 0..50 {
+        world.settle();
+        if let Some(reply) = world.replies.pop_front() {
+            let message = Message::decode(&reply, true).unwrap();
+            assert_eq!(message.header.status, 0);
+            assert!(wire::LoginReply::decode(&message.body).unwrap().session > 0);
+            return;
+        }
+        world.now += 10_000_000;
+        for shard in 0..SHARDS {
+            world.run(shard, |node, io| node.tick(io));
+        }
+    }
+    panic!("the login was never answered once the channel had room");
 }
