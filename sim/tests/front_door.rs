@@ -169,21 +169,28 @@ impl World {
             world.shards.push(node);
         }
         world.settle();
-        let node = &mut world.shards[1];
-        let mut asks = Asks::default();
-        let mut io = ShardIo {
-            now: world.now,
-            shard: 1,
-            channels_full: false,
-            disk: &mut world.disk,
-            rng: &mut world.rng,
-            asks: &mut asks,
-        };
-        node.on_connection_opened(&mut io, CONNECTION);
-        world.absorb(1, asks);
+        assert!(!world.open_connection(CONNECTION), "the first connection fits");
         world.settle();
         world.story.clear();
         world
+    }
+
+    /// Opens a connection on shard 1; true when the node closed it at once.
+    fn open_connection(&mut self, connection: ConnectionId) -> bool {
+        let mut asks = Asks::default();
+        let node = &mut self.shards[1];
+        let mut io = ShardIo {
+            now: self.now,
+            shard: 1,
+            channels_full: self.channels_full,
+            disk: &mut self.disk,
+            rng: &mut self.rng,
+            asks: &mut asks,
+        };
+        node.on_connection_opened(&mut io, connection);
+        let closed = std::mem::take(&mut asks.closed);
+        self.absorb(1, asks);
+        closed
     }
 
     fn with_io<T>(&mut self, shard: u16, action: impl FnOnce(&mut ShardIo) -> T) -> T {
@@ -512,18 +519,7 @@ fn refusals_carry_the_reference_codes() {
     // The shard holds at most 4 connections: the fifth is closed at once.
     let mut refused_at = None;
     for connection in 100..104 {
-        let mut asks = Asks::default();
-        let node = &mut world.shards[1];
-        let mut io = ShardIo {
-            now: world.now,
-            shard: 1,
-            channels_full: false,
-            disk: &mut world.disk,
-            rng: &mut world.rng,
-            asks: &mut asks,
-        };
-        node.on_connection_opened(&mut io, connection);
-        if asks.closed {
+        if world.open_connection(connection) {
             refused_at.get_or_insert(connection);
         }
     }
