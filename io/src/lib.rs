@@ -258,6 +258,38 @@ pub trait Io {
     fn random(&mut self) -> u64;
 }
 
+/// Implements every ask of `Io` but `send` for a wrapper, by passing it to the field `$inner`
+/// (an `Io`): for wrappers that only change where messages go.
+#[macro_export]
+macro_rules! forward_asks_but_send {
+    ($inner:ident) => {
+        fn now(&self) -> $crate::Instant {
+            self.$inner.now()
+        }
+        fn read(&mut self, file: $crate::FileId, offset: u64, len: usize, token: $crate::Token) {
+            self.$inner.read(file, offset, len, token)
+        }
+        fn write(&mut self, file: $crate::FileId, offset: u64, bytes: Vec<u8>, token: $crate::Token) {
+            self.$inner.write(file, offset, bytes, token)
+        }
+        fn sync(&mut self, file: $crate::FileId, token: $crate::Token) {
+            self.$inner.sync(file, token)
+        }
+        fn truncate(&mut self, file: $crate::FileId, len: u64, token: $crate::Token) {
+            self.$inner.truncate(file, len, token)
+        }
+        fn remove(&mut self, file: $crate::FileId, token: $crate::Token) {
+            self.$inner.remove(file, token)
+        }
+        fn list(&mut self, namespace: $crate::Namespace, token: $crate::Token) {
+            self.$inner.list(namespace, token)
+        }
+        fn random(&mut self) -> u64 {
+            self.$inner.random()
+        }
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

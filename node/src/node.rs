@@ -35,7 +35,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use vireo_io::{Completion, FileId, Instant, Io, Namespace, Peer, Token};
+use vireo_io::{Completion, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX};
 use vireo_protocol::request::{OPERATION_REGISTER, OPERATION_UNREGISTER};
@@ -183,35 +183,13 @@ struct ReplyTap<'a, I: NodeIo> {
 }
 
 impl<I: NodeIo> Io for ReplyTap<'_, I> {
-    fn now(&self) -> Instant {
-        self.io.now()
-    }
+    vireo_io::forward_asks_but_send!(io);
+
     fn send(&mut self, to: Peer, message: Vec<u8>) {
         match to {
             Peer::Client(_) => self.replies.push(message),
             Peer::Replica(_) => self.io.send(to, message),
         }
-    }
-    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
-        self.io.read(file, offset, len, token)
-    }
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
-        self.io.write(file, offset, bytes, token)
-    }
-    fn sync(&mut self, file: FileId, token: Token) {
-        self.io.sync(file, token)
-    }
-    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
-        self.io.truncate(file, len, token)
-    }
-    fn remove(&mut self, file: FileId, token: Token) {
-        self.io.remove(file, token)
-    }
-    fn list(&mut self, namespace: Namespace, token: Token) {
-        self.io.list(namespace, token)
-    }
-    fn random(&mut self) -> u64 {
-        self.io.random()
     }
 }
 

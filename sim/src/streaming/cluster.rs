@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token, TICK_NS};
+use vireo_io::{Completion, Io, Namespace, Peer, Token, TICK_NS};
 use vireo_node::metadata_plane::MetadataMachine;
 use vireo_node::node::{Node, NodeConfig, NodeEvent};
 use vireo_node::routing::shard_of;
@@ -165,32 +165,10 @@ struct ShardIo<'a> {
 }
 
 impl Io for ShardIo<'_> {
-    fn now(&self) -> u64 {
-        self.io.now()
-    }
+    vireo_io::forward_asks_but_send!(io);
+
     fn send(&mut self, to: Peer, message: Vec<u8>) {
         self.io.send(to, message)
-    }
-    fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
-        self.io.read(file, offset, len, token)
-    }
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
-        self.io.write(file, offset, bytes, token)
-    }
-    fn sync(&mut self, file: FileId, token: Token) {
-        self.io.sync(file, token)
-    }
-    fn truncate(&mut self, file: FileId, len: u64, token: Token) {
-        self.io.truncate(file, len, token)
-    }
-    fn remove(&mut self, file: FileId, token: Token) {
-        self.io.remove(file, token)
-    }
-    fn list(&mut self, namespace: Namespace, token: Token) {
-        self.io.list(namespace, token)
-    }
-    fn random(&mut self) -> u64 {
-        self.io.random()
     }
 }
 
