@@ -231,6 +231,22 @@ impl Metadata {
         Ok((stream, found))
     }
 
+    /// The stream and topic a command names, once the acting user is known to manage the topic
+    /// (checked in that order: acting user, objects, permission).
+    fn managed_topic(
+        &self,
+        actor_id: u32,
+        stream: &Identifier,
+        topic: &Identifier,
+    ) -> Result<(&Stream, &Topic), MetadataError> {
+        let actor = self.acting_user(actor_id)?;
+        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        if !actor.permissions.manage_topic(stream.id, topic.id) {
+            return Err(MetadataError::PermissionDenied(actor_id));
+        }
+        Ok((stream, topic))
+    }
+
     pub(super) fn topic_mut(&mut self, stream: u32, topic: u32) -> &mut Topic {
         self.streams.get_mut(&stream).and_then(|stream| stream.topics.get_mut(&topic)).expect("resolved before")
     }
@@ -324,12 +340,8 @@ impl Metadata {
         name: &str,
         update: &TopicUpdate,
     ) -> Result<MetadataResult, MetadataError> {
-        let actor = self.acting_user(actor_id)?;
-        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        let (stream, topic) = self.managed_topic(actor_id, stream, topic)?;
         let (stream_id, topic_id) = (stream.id, topic.id);
-        if !actor.permissions.manage_topic(stream_id, topic_id) {
-            return Err(MetadataError::PermissionDenied(actor_id));
-        }
         if !validate_name(name) {
             return Err(MetadataError::InvalidTopicName);
         }
@@ -360,11 +372,7 @@ impl Metadata {
         stream: &Identifier,
         topic: &Identifier,
     ) -> Result<MetadataResult, MetadataError> {
-        let actor = self.acting_user(actor_id)?;
-        let (stream, topic) = self.resolve_topic(stream, topic)?;
-        if !actor.permissions.manage_topic(stream.id, topic.id) {
-            return Err(MetadataError::PermissionDenied(actor_id));
-        }
+        let (stream, topic) = self.managed_topic(actor_id, stream, topic)?;
         Ok(MetadataResult::TopicPurged {
             stream: stream.id,
             topic: topic.id,
@@ -380,11 +388,7 @@ impl Metadata {
         partition: u32,
         count: u32,
     ) -> Result<MetadataResult, MetadataError> {
-        let actor = self.acting_user(actor_id)?;
-        let (stream, topic) = self.resolve_topic(stream, topic)?;
-        if !actor.permissions.manage_topic(stream.id, topic.id) {
-            return Err(MetadataError::PermissionDenied(actor_id));
-        }
+        let (stream, topic) = self.managed_topic(actor_id, stream, topic)?;
         if partition >= topic.partitions_count() {
             return Err(MetadataError::PartitionNotFound { stream: stream.id, topic: topic.id, partition });
         }
@@ -441,12 +445,8 @@ impl Metadata {
         stream: &Identifier,
         topic: &Identifier,
     ) -> Result<MetadataResult, MetadataError> {
-        let actor = self.acting_user(actor_id)?;
-        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        let (stream, topic) = self.managed_topic(actor_id, stream, topic)?;
         let (stream_id, topic_id) = (stream.id, topic.id);
-        if !actor.permissions.manage_topic(stream_id, topic_id) {
-            return Err(MetadataError::PermissionDenied(actor_id));
-        }
 
         let removed = self.streams.get_mut(&stream_id).and_then(|stream| stream.topics.remove(&topic_id));
         let partitions_count = removed.expect("resolved above").partitions_count();
@@ -462,12 +462,8 @@ impl Metadata {
         topic: &Identifier,
         count: u32,
     ) -> Result<MetadataResult, MetadataError> {
-        let actor = self.acting_user(actor_id)?;
-        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        let (stream, topic) = self.managed_topic(actor_id, stream, topic)?;
         let (stream_id, topic_id, existing) = (stream.id, topic.id, topic.partitions_count());
-        if !actor.permissions.manage_topic(stream_id, topic_id) {
-            return Err(MetadataError::PermissionDenied(actor_id));
-        }
         if count == 0 {
             return Err(MetadataError::InvalidPartitionsCount { count, existing });
         }
@@ -486,12 +482,8 @@ impl Metadata {
         topic: &Identifier,
         count: u32,
     ) -> Result<MetadataResult, MetadataError> {
-        let actor = self.acting_user(actor_id)?;
-        let (stream, topic) = self.resolve_topic(stream, topic)?;
+        let (stream, topic) = self.managed_topic(actor_id, stream, topic)?;
         let (stream_id, topic_id, existing) = (stream.id, topic.id, topic.partitions_count());
-        if !actor.permissions.manage_topic(stream_id, topic_id) {
-            return Err(MetadataError::PermissionDenied(actor_id));
-        }
         if count == 0 || count > existing {
             return Err(MetadataError::InvalidPartitionsCount { count, existing });
         }
