@@ -343,6 +343,11 @@ impl SimDisk {
             .collect()
     }
 
+    /// The bytes of a file that survive a power loss.
+    pub fn durable_bytes(&self, file: FileId) -> Vec<u8> {
+        self.files.get(&file).map_or_else(Vec::new, |f| f.durable.clone())
+    }
+
     /// Every file on the disk with its size: what a data-directory listing shows.
     pub fn listing(&self) -> Vec<(FileId, u64)> {
         self.files.iter().map(|(file, f)| (*file, f.len())).collect()

@@ -51,6 +51,8 @@ pub struct PartitionMirror {
     read_next: u64,
     /// Failed attempts at the current verification read.
     read_failures: u32,
+    /// Offset ranges the last open reported damaged: reads step over them.
+    damaged_runs: Vec<(u64, u64)>,
 }
 
 /// What a mirror reports to the cluster after handling something.
@@ -67,7 +69,7 @@ pub struct MirrorNews {
 impl PartitionMirror {
     pub fn open(io: &mut impl Io, owner: u16, bug: Option<PartitionBug>) -> PartitionMirror {
         let log = PartitionLog::open(io, mirror_config(bug), MIRROR_NAMESPACE, owner);
-        PartitionMirror { log, owner, verifying: None, read_next: 0, read_failures: 0 }
+        PartitionMirror { log, owner, verifying: None, read_next: 0, read_failures: 0, damaged_runs: Vec::new() }
     }
 
     pub fn owner(&self) -> u16 {
@@ -123,6 +125,10 @@ impl PartitionMirror {
                             report.end_offset
                         ));
                     }
+                    if !report.damaged.is_empty() && !damaged {
+                        return Err(format!("the partition log found damage on a disk with no faults: {report:?}"));
+                    }
+                    self.damaged_runs = report.damaged.clone();
                     if report.first_offset != 0 {
                         return Err(format!("the partition log (no retention) lost its start: {report:?}"));
                     }
@@ -163,11 +169,15 @@ impl PartitionMirror {
                             .map_err(|error| format!("partition log batch unreadable: {error}"))?;
                         for message in messages {
                             // Whole batches: the first may start before the offset asked for.
-                            if message.offset >= expected && message.offset != next {
+                            let reported = |from: u64, to: u64| {
+                                self.damaged_runs.iter().any(|&(start, end)| start <= from && to <= end)
+                            };
+                            if message.offset >= expected && message.offset != next && !reported(next, message.offset) {
                                 return Err(format!(
-                                    "partition log skipped from offset {next} to {}: segments {:?}",
+                                    "partition log skipped from offset {next} to {}: segments {:?}, reported damaged {:?}",
                                     message.offset,
-                                    self.log.segments().collect::<Vec<_>>()
+                                    self.log.segments().collect::<Vec<_>>(),
+                                    self.damaged_runs
                                 ));
                             }
                             next = next.max(message.offset + 1);

@@ -5,7 +5,7 @@ use vireo_io::{FileId, FileKind};
 use vireo_sim::local::{no_faults, LocalWorld};
 use vireo_sim::partition_harness::{PartitionHarness, NAMESPACE};
 use vireo_storage::offsets::{Consumer, ConsumerOffsets, OffsetsEvent};
-use vireo_storage::partition::{PartitionConfig, PartitionEvent, ReadError, ReadStart};
+use vireo_storage::partition::{PartitionConfig, ReadError, ReadStart};
 
 fn config() -> PartitionConfig {
     PartitionConfig { segment_size: 8192, index_interval_bytes: 1024, ..PartitionConfig::default() }
@@ -100,7 +100,7 @@ fn a_damaged_batch_below_the_frontier_is_reported_and_never_served() {
 }
 
 #[test]
-fn damage_in_the_active_segment_cuts_the_log_there_and_says_so() {
+fn damage_in_the_active_segment_below_the_durable_point_keeps_every_batch_after_it() {
     let mut harness = PartitionHarness::new(LocalWorld::new(3, no_faults(), false), config());
     for _ in 0..4 {
         harness.append(10, 100);
@@ -108,20 +108,85 @@ fn damage_in_the_active_segment_cuts_the_log_there_and_says_so() {
     sync_and_settle(&mut harness);
     assert_eq!(harness.log.segment_count(), 1);
     harness.world.disk.flip_durable_bit(FileId::new(NAMESPACE, FileKind::Segment(0)), 2500);
-    harness.world.crash();
-    let mut reopened = vireo_storage::partition::PartitionLog::open(&mut harness.world, config(), NAMESPACE, 8);
-    let report = loop {
-        let completion = harness.world.step().expect("recovery in progress");
-        reopened.on_completion(&mut harness.world, completion);
-        if let Some(PartitionEvent::Opened(report)) = reopened.poll_event() {
-            break report;
-        }
-    };
+    let report = harness.crash_and_reopen();
     // Batches are 1756 bytes (256 + 10 x (48 + 100 + 2)): byte 2500 is in the second, offsets
-    // 10..20; it and everything after it are cut.
-    assert_eq!(report.truncated_from, Some(10), "{report:?}");
-    assert_eq!(report.end_offset, 10);
-    assert_eq!(report.truncated_bytes, 3 * 1756);
+    // 10..20. It was synced, so it is damage, not a torn tail: the two batches after it stay.
+    assert_eq!(report.damaged, vec![(10, 20)], "{report:?}");
+    assert_eq!((report.damaged_bytes, report.truncated_from, report.end_offset), (1756, None, 40));
+    assert!(report.corrupt);
+    assert_eq!(harness.check_all(), 30);
+    // A read from inside the damage starts after it; appends go on after the last batch.
+    let read = harness.read(ReadStart::Offset(12), 5, 1 << 20).unwrap();
+    assert_eq!(read.start_offset, 20);
+    assert_eq!(harness.append(10, 100), 40);
+    sync_and_settle(&mut harness);
+    let report = harness.crash_and_reopen();
+    assert_eq!(report.damaged, vec![(10, 20)], "the damage is found again: {report:?}");
+    assert_eq!(harness.check_all(), 40);
+}
+
+/// (segment start, position, base offset, end offset) of every batch of the log, from its files.
+fn batch_map(harness: &PartitionHarness) -> Vec<(u64, u64, u64, u64)> {
+    let mut batches = Vec::new();
+    for (start, _, size, _) in harness.log.segments().collect::<Vec<_>>() {
+        let bytes = harness.world.disk.durable_bytes(FileId::new(NAMESPACE, FileKind::Segment(start)));
+        assert_eq!(bytes.len() as u64, size);
+        let mut at = 0;
+        while at < bytes.len() {
+            let header = vireo_storage::batch::validate(&bytes[at..]).expect("a valid batch");
+            batches.push((start, at as u64, header.base_offset, header.end_offset()));
+            at += header.batch_length as usize;
+        }
+    }
+    batches
+}
+
+#[test]
+fn one_flipped_bit_anywhere_below_the_durable_point_loses_only_the_batch_it_hits() {
+    let verified = PartitionConfig { verify_on_open: true, ..config() };
+    for seed in 0..100u64 {
+        let mut harness = PartitionHarness::new(LocalWorld::new(100 + seed, no_faults(), false), verified.clone());
+        for round in 0..40u64 {
+            harness.append(1 + ((seed + round * 7) % 9) as u32, ((seed * 13 + round * 29) % 300) as usize);
+        }
+        sync_and_settle(&mut harness);
+        assert!(harness.log.segment_count() >= 5, "seed {seed}: a many-segment log");
+        let end = harness.log.end_offset();
+        let batches = batch_map(&harness);
+        let total: u64 = harness.log.segments().map(|(_, _, size, _)| size).sum();
+        // A byte chosen uniformly over the whole log.
+        let mut pick = harness.world.rng.below(total);
+        let (segment, position) = harness
+            .log
+            .segments()
+            .find_map(|(start, _, size, _)| {
+                if pick < size {
+                    Some((start, pick))
+                } else {
+                    pick -= size;
+                    None
+                }
+            })
+            .unwrap();
+        let &(_, at, base, batch_end) =
+            batches.iter().rev().find(|&&(start, at, ..)| start == segment && at <= position).unwrap();
+        harness.world.disk.flip_durable_bit(FileId::new(NAMESPACE, FileKind::Segment(segment)), position);
+        let report = harness.crash_and_reopen();
+        assert!(report.corrupt, "seed {seed}: damage at {segment}:{position} (batch at {at}) not reported: {report:?}");
+        if batch_end == end {
+            // The very last batch: nothing after it to keep, it is cut.
+            assert_eq!((report.truncated_from, report.end_offset), (Some(base), base), "seed {seed}: {report:?}");
+            assert!(report.damaged.is_empty());
+        } else {
+            assert_eq!(report.damaged, vec![(base, batch_end)], "seed {seed}: {report:?}");
+            assert_eq!((report.truncated_from, report.end_offset), (None, end), "seed {seed}: {report:?}");
+        }
+        assert_eq!(
+            harness.check_all(),
+            base + end.min(harness.log.end_offset()) - batch_end.min(harness.log.end_offset()),
+            "seed {seed}"
+        );
+    }
 }
 
 #[test]

@@ -70,6 +70,9 @@ pub struct PartitionConfig {
     /// Unit writes in flight at once (each at its own position; they complete in any order and
     /// count as written in order).
     pub writes_max: usize,
+    /// Read and check every batch at open, also in sealed segments whose index recovery would
+    /// otherwise trust (slower: `verify` uses it).
+    pub verify_on_open: bool,
     /// A deliberate bug, for tests that prove the simulator's checkers catch it.
     pub bug: Option<PartitionBug>,
 }
@@ -95,6 +98,7 @@ impl Default for PartitionConfig {
             read_bytes_max: 8 << 20,
             scan_chunk_bytes: 4 << 20,
             writes_max: 8,
+            verify_on_open: false,
             bug: None,
         }
     }
@@ -185,8 +189,6 @@ struct Syncing {
     covers: u64,
     outstanding: usize,
     error: Option<IoError>,
-    /// Frontiers this sync makes durable (ends of sealed segments).
-    sealing: Vec<u64>,
 }
 
 #[derive(Debug)]
@@ -229,15 +231,16 @@ pub struct PartitionLog {
     syncing: Option<Syncing>,
     /// Files written since the last sync was issued.
     dirty: BTreeSet<FileId>,
-    /// Ends of sealed segments whose last write completed but whose files are not yet synced: the
-    /// superblock frontier moves to them once a sync covers them.
+    /// Ends of sealed segments whose last write completed but whose files are not yet synced: a
+    /// sync is due for them even when nobody asked for one.
     frontier_pending: Vec<u64>,
     /// Truncates and removes in flight; no write starts until they complete.
     ordering_ops: usize,
     /// Writes that create files or rewrite indexes; no segment is deleted until they complete (a
     /// late write would bring a deleted file back).
     creates_in_flight: usize,
-    /// The superblock: its last durable sequence, the frontier it records and one wanted next.
+    /// The superblock: its last durable sequence, the frontier it records (every message below
+    /// it was synced) and one wanted next.
     superblock_sequence: u64,
     frontier: u64,
     retained_from: u64,
@@ -513,8 +516,8 @@ impl PartitionLog {
 
     fn issue_sync(&mut self, io: &mut impl Io) {
         let files = std::mem::take(&mut self.dirty);
-        let sealing = std::mem::take(&mut self.frontier_pending);
-        self.syncing = Some(Syncing { covers: self.written_offset, outstanding: files.len(), error: None, sealing });
+        self.frontier_pending.clear();
+        self.syncing = Some(Syncing { covers: self.written_offset, outstanding: files.len(), error: None });
         for file in files {
             let token = self.token(Op::Sync);
             io.sync(file, token);
@@ -722,11 +725,12 @@ impl PartitionLog {
             self.synced_offset = syncing.covers;
             self.events.push_back(PartitionEvent::Durable { offset: self.synced_offset });
         }
-        if let Some(&end) = syncing.sealing.iter().max() {
-            if end > self.frontier {
-                self.frontier = end;
-                self.superblock_wanted = true;
-            }
+        // The superblock records how far the log is durable, so that recovery can tell damage
+        // below that point (corruption: keep what follows it) from a torn tail (cut it). Writes
+        // coalesce: while one is in flight, the next records the latest frontier.
+        if syncing.covers > self.frontier {
+            self.frontier = syncing.covers;
+            self.superblock_wanted = true;
         }
     }
 

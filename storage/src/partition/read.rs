@@ -119,11 +119,20 @@ impl PartitionLog {
         let (first, end) = (self.first_offset(), self.end_offset());
         let found = match request.start {
             ReadStart::Offset(offset) => {
-                let offset = offset.max(first);
+                let mut offset = offset.max(first);
                 if offset >= end || request.count == 0 {
                     return self.empty_read(&request, offset);
                 }
-                let at = self.segments.partition_point(|segment| segment.start_offset <= offset) - 1;
+                let mut at = self.segments.partition_point(|segment| segment.start_offset <= offset) - 1;
+                // Messages lost to damage are not there to serve: the read starts after them.
+                while let Some(damage) = self.segments[at].damage_holding(offset) {
+                    offset = damage.to_offset;
+                    if offset >= end {
+                        return self.empty_read(&request, offset);
+                    }
+                    at = self.segments.partition_point(|segment| segment.start_offset <= offset) - 1;
+                }
+                let request = ReadRequest { start: ReadStart::Offset(offset), ..request };
                 let segment = &self.segments[at];
                 let bound = segment.position_bound_for_offset(offset.saturating_add(request.count as u64));
                 let (position, expected) = segment.entry_for_offset(offset);
@@ -277,6 +286,26 @@ impl PartitionLog {
         let scanned_to = position + scan.valid_len as u64;
         let at = self.segment_position(segment_start).expect("segment");
         let expected = scan.batches.last().map_or(expected_first, |(_, header)| header.end_offset());
+        if let Some(damage) = self.segments[at].damage_at(scanned_to).copied() {
+            // Damage recovery found and kept the log past: step over it.
+            let (resume, size) = (damage.position + damage.len, self.segments[at].size);
+            let request = match request.start {
+                ReadStart::Offset(offset) => {
+                    ReadRequest { start: ReadStart::Offset(offset.max(damage.to_offset)), ..request }
+                }
+                ReadStart::Timestamp(_) => request,
+            };
+            if resume < size {
+                return self.read_segment_at(io, request, (segment_start, resume, damage.to_offset), size, 0);
+            }
+            return match self.segments.get(at + 1) {
+                Some(next) if !next.is_empty() => {
+                    let (next_start, size) = (next.start_offset, next.size);
+                    self.read_segment_at(io, request, (next_start, 0, next_start), size, 0)
+                }
+                _ => self.empty_read(&request, self.end_offset()),
+            };
+        }
         match scan.stop {
             ScanStop::Invalid(_) | ScanStop::Discontinuous { .. } => {
                 let offset = match request.start {

@@ -7,9 +7,12 @@
 //!    bytes after its last index entry are read and checked. Every other segment (the active one,
 //!    and any whose index is missing or bad) is read in full and every batch checked, rebuilding
 //!    its index.
-//! 3. The first batch that is torn, damaged or breaks the dense run of offsets ends the log: the
-//!    segment is truncated there, later segments are deleted, and the report says from which
-//!    offset; the caller (VSR) knows whether that offset was committed and must be repaired.
+//! 3. A batch that fails its checks below the superblock frontier (every byte there was synced
+//!    once) is *damage*, not a tear: recovery searches the bytes after it for the next valid batch
+//!    (or the next segment), keeps everything from there, records the damaged run (reads step over
+//!    it) and reports it. Only a bad batch at or past the frontier, or damage with no valid batch
+//!    after it, ends the log: the segment is truncated there, later segments are deleted, and the
+//!    report says from which offset and whether durable messages were lost (`corrupt`).
 //! 4. Rebuilt indexes are rewritten, everything touched is synced, and a new superblock is written:
 //!    a fresh partition has only `superblock.a`; `superblock.b` appears at the first restart.
 
@@ -19,7 +22,7 @@ use vireo_io::{Completion, FileKind, Io, IoError};
 
 use super::segment::{self, decode_index, IndexEntry, ScanStop, Segment, INDEX_ENTRY_SIZE};
 use super::{Op, PartitionEvent, PartitionLog, Status};
-use crate::batch::BATCH_SIZE_MAX;
+use crate::batch::{BATCH_HEADER_SIZE, BATCH_SIZE_MAX};
 use crate::superblock::{choose, Superblock, SUPERBLOCK_SIZE_MAX};
 
 /// What recovery found and did.
@@ -34,9 +37,15 @@ pub struct RecoveryReport {
     pub truncated_from: Option<u64>,
     /// Bytes cut from the end of the segment the log was cut in.
     pub truncated_bytes: u64,
-    /// The cut lies below the superblock frontier: messages that were durable and verified are
-    /// missing and must be repaired from a peer (otherwise it is the torn, unsynced tail).
+    /// Durable messages are missing: damaged runs were found, or the cut lies below the superblock
+    /// frontier. They must be repaired from a peer (a cut past the frontier is the torn, unsynced
+    /// tail, and loses nothing that was durable).
     pub corrupt: bool,
+    /// (first offset, end offset) of each damaged run kept inside the log: its messages are lost
+    /// on this copy, every batch after it is kept.
+    pub damaged: Vec<(u64, u64)>,
+    /// Bytes those runs take.
+    pub damaged_bytes: u64,
     /// Later segments deleted by the cut.
     pub segments_dropped: usize,
     /// Segments whose index was missing or bad and was rebuilt from the log.
@@ -62,6 +71,13 @@ enum Stage {
     /// Reading the segment in full, from `position`.
     Scan {
         position: u64,
+    },
+    /// Searching the bytes read at `position` for the first valid batch after damage that starts
+    /// at `damaged_at`.
+    Resync {
+        damaged_at: u64,
+        position: u64,
+        len: u64,
     },
     /// Truncates, removes, index rewrites and file creations in flight.
     FixupWrites {
@@ -283,9 +299,9 @@ impl Recovery {
                 }
                 let (bytes, scan) = match candidate {
                     Some(read) => read,
-                    // Unreadable every time: the log ends here, as at a damaged batch.
+                    // Unreadable every time: damage, as a batch that fails its checks is.
                     None => {
-                        self.cut_at(log, io, position, size);
+                        self.damaged_or_torn(log, io, position);
                         return false;
                     }
                 };
@@ -318,7 +334,50 @@ impl Recovery {
                             self.scan_from(log, io, scanned_to);
                         }
                     }
-                    _ => self.cut_at(log, io, scanned_to, size),
+                    ScanStop::Discontinuous { .. } => self.cut_at(log, io, scanned_to, size),
+                    _ => self.damaged_or_torn(log, io, scanned_to),
+                }
+            }
+            Stage::Resync { damaged_at, position, len } => {
+                let Completion::Read { result, .. } = completion else { panic!("resync read as {completion:?}") };
+                let (_, size) = self.logs[self.current];
+                let expected = self.building.as_ref().expect("segment being built").end_offset;
+                let upper = self.logs.get(self.current + 1).map_or(u64::MAX, |(next, _)| *next);
+                let bytes = match result {
+                    Ok(bytes) => bytes,
+                    // An unreadable run is part of the damage: search on after it.
+                    Err(_) => {
+                        self.resync_read(log, io, damaged_at, position + len, 0);
+                        return false;
+                    }
+                };
+                match segment::resync(&bytes, 0, expected..upper) {
+                    segment::Resync::Found { at, header } => {
+                        let resume = position + at as u64;
+                        let building = self.building.as_mut().expect("segment being built");
+                        building.record_damage(header.base_offset, resume - damaged_at);
+                        self.report_damage(expected, header.base_offset, resume - damaged_at);
+                        self.scan_from(log, io, resume);
+                    }
+                    segment::Resync::Partial { at, batch_length } => {
+                        let candidate = position + at as u64;
+                        if at > 0 && candidate + batch_length <= size {
+                            self.resync_read(log, io, damaged_at, candidate, batch_length);
+                        } else {
+                            // It cannot be whole (the file ends first): search past it.
+                            self.resync_read(log, io, damaged_at, candidate + 1, 0);
+                        }
+                    }
+                    segment::Resync::NotFound => {
+                        let searched_to = position + bytes.len() as u64;
+                        if searched_to >= size {
+                            self.damage_to_segment_end(log, io, damaged_at);
+                        } else {
+                            // A header may straddle the end of what was read.
+                            let next = searched_to.saturating_sub(BATCH_HEADER_SIZE as u64 - 1).max(position + 1);
+                            self.resync_read(log, io, damaged_at, next, 0);
+                        }
+                    }
                 }
             }
             Stage::FixupWrites { outstanding } => {
@@ -423,7 +482,7 @@ impl Recovery {
         }
         let below_frontier = self.logs.get(self.current + 1).is_some_and(|(next, _)| *next <= log.frontier);
         match self.indexes.get(&start) {
-            Some(&index_size) if below_frontier && index_size > 0 => {
+            Some(&index_size) if below_frontier && index_size > 0 && !log.config.verify_on_open => {
                 let token = log.token(Op::Recovery);
                 io.read(log.file(FileKind::Index(start)), 0, index_size as usize, token);
                 self.stage = Stage::Index;
@@ -457,6 +516,54 @@ impl Recovery {
         let token = log.token(Op::Recovery);
         io.read(log.file(FileKind::Segment(start)), position, len as usize, token);
         self.stage = Stage::Scan { position };
+    }
+
+    /// The scan of the current segment found a batch at `position` that fails its checks (or
+    /// bytes it cannot read). Below the frontier that batch was durable: it is damage, and the log
+    /// continues at the next valid batch. At or past it, it is the torn tail of the last writes.
+    fn damaged_or_torn(&mut self, log: &mut PartitionLog, io: &mut impl Io, position: u64) {
+        let (_, size) = self.logs[self.current];
+        let expected = self.building.as_ref().expect("segment being built").end_offset;
+        if expected >= log.frontier {
+            return self.cut_at(log, io, position, size);
+        }
+        self.resync_read(log, io, position, position + 1, 0);
+    }
+
+    /// Reads the segment from `from` (at least `at_least` bytes) to search for the first valid
+    /// batch after the damage at `damaged_at`.
+    fn resync_read(&mut self, log: &mut PartitionLog, io: &mut impl Io, damaged_at: u64, from: u64, at_least: u64) {
+        let (start, size) = self.logs[self.current];
+        if from + BATCH_HEADER_SIZE as u64 > size {
+            return self.damage_to_segment_end(log, io, damaged_at);
+        }
+        let len = log.config.scan_chunk_bytes.max(at_least).min(size - from);
+        let token = log.token(Op::Recovery);
+        io.read(log.file(FileKind::Segment(start)), from, len as usize, token);
+        self.stage = Stage::Resync { damaged_at, position: from, len };
+    }
+
+    /// No valid batch follows the damage at `damaged_at` in its segment. A later segment still
+    /// continues the log: the damage runs to this segment's end. In the last segment nothing
+    /// after it can be kept: the log is cut there (and `corrupt` says durable messages went).
+    fn damage_to_segment_end(&mut self, log: &mut PartitionLog, io: &mut impl Io, damaged_at: u64) {
+        let (_, size) = self.logs[self.current];
+        let Some(&(next_start, _)) = self.logs.get(self.current + 1) else {
+            return self.cut_at(log, io, damaged_at, size);
+        };
+        let building = self.building.as_mut().expect("segment being built");
+        let expected = building.end_offset;
+        building.record_damage(next_start.max(expected), size - damaged_at);
+        self.report_damage(expected, next_start.max(expected), size - damaged_at);
+        self.segment_done(log, io, size);
+    }
+
+    fn report_damage(&mut self, from: u64, to: u64, bytes: u64) {
+        match self.report.damaged.last_mut() {
+            Some(last) if last.1 == from => last.1 = to,
+            _ => self.report.damaged.push((from, to)),
+        }
+        self.report.damaged_bytes += bytes;
     }
 
     /// The scan of the current segment stopped at `valid_size` short of its end: the log ends here.
@@ -498,7 +605,7 @@ impl Recovery {
             }
             // Below the frontier every byte was synced and verified once: losing it is damage, not
             // a torn tail, and the messages must come back from a peer.
-            self.report.corrupt = segment.end_offset < log.frontier;
+            self.report.corrupt |= segment.end_offset < log.frontier;
             let log_file = segment.log_file(namespace);
             let token = log.token(Op::Recovery);
             io.truncate(log_file, valid_size, token);
@@ -572,8 +679,8 @@ impl Recovery {
     }
 
     fn write_superblock(&mut self, log: &mut PartitionLog) {
-        let active_start = log.segments.back().expect("active segment").start_offset;
-        log.frontier = active_start;
+        // Everything kept was synced just now.
+        log.frontier = log.end_offset();
         log.superblock_wanted = true;
         self.stage = Stage::Superblock;
     }
@@ -585,6 +692,7 @@ impl Recovery {
         log.synced_offset = end;
         log.sync_target = end;
         log.last_timestamp = log.segments.iter().map(|segment| segment.last_timestamp).max().unwrap_or(0);
+        self.report.corrupt |= !self.report.damaged.is_empty();
         self.report.segments = log.segments.len();
         self.report.first_offset = log.first_offset();
         self.report.end_offset = end;

@@ -110,11 +110,55 @@ pub fn scan(bytes: &[u8], mut expected_offset: Option<u64>) -> Scan {
     Scan { batches, valid_len: at, stop }
 }
 
+/// What searching damaged bytes for the next valid batch found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Resync {
+    /// A whole, valid batch starts at this position of the searched bytes.
+    Found { at: usize, header: BatchHeader },
+    /// A batch header that fits starts here, but the bytes end before the batch does: read
+    /// `batch_length` bytes from here to see whether it is whole.
+    Partial { at: usize, batch_length: u64 },
+    /// No batch starts in the searched bytes (the last `BATCH_HEADER_SIZE - 1` cannot hold one).
+    NotFound,
+}
+
+/// Looks, byte by byte from `from`, for the first whole, valid batch whose offsets lie in
+/// `offsets`: where a log continues after damaged bytes. A header must decode (204 zero bytes,
+/// a length that fits its message count) before its checksums are computed, so the search is
+/// cheap and a false match needs a whole batch with valid checksums inside the damage.
+pub fn resync(bytes: &[u8], from: usize, offsets: std::ops::Range<u64>) -> Resync {
+    let mut at = from;
+    while at + BATCH_HEADER_SIZE <= bytes.len() {
+        if let Ok(header) = BatchHeader::decode(&bytes[at..]) {
+            if offsets.contains(&header.base_offset) && header.end_offset() <= offsets.end {
+                if ((bytes.len() - at) as u64) < header.batch_length {
+                    return Resync::Partial { at, batch_length: header.batch_length };
+                }
+                if crate::batch::validate(&bytes[at..]).is_ok() {
+                    return Resync::Found { at, header };
+                }
+            }
+        }
+        at += 1;
+    }
+    Resync::NotFound
+}
+
 /// The largest timestamp of any message in a valid batch.
 pub fn batch_timestamp_max(bytes: &[u8]) -> u64 {
     crate::batch::messages(bytes)
         .map(|messages| messages.iter().map(|message| message.timestamp).max().unwrap_or(0))
         .unwrap_or(0)
+}
+
+/// Bytes of a segment that failed their checks with valid batches after them: the messages they
+/// held are lost on this copy of the log (a peer may hold them), and reads step over them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Damage {
+    pub from_offset: u64,
+    pub to_offset: u64,
+    pub position: u64,
+    pub len: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -133,6 +177,8 @@ pub struct Segment {
     pub first_timestamp: u64,
     pub last_timestamp: u64,
     pub sealed: bool,
+    /// Damaged runs found by recovery, in log order.
+    pub damaged: Vec<Damage>,
 }
 
 impl Segment {
@@ -147,6 +193,7 @@ impl Segment {
             first_timestamp: 0,
             last_timestamp: 0,
             sealed: false,
+            damaged: Vec::new(),
         }
     }
 
@@ -166,7 +213,9 @@ impl Segment {
     pub fn record_batch(&mut self, header: &BatchHeader, timestamp_max: u64, index_interval_bytes: u64) {
         assert_eq!(header.base_offset, self.end_offset, "offsets in a segment are dense");
         let position = self.size;
-        let due = self.index.last().is_none_or(|last| position - last.position >= index_interval_bytes);
+        // The first batch after damage always gets an entry: reads resume there.
+        let after_damage = self.damaged.last().is_some_and(|damage| damage.position + damage.len == position);
+        let due = after_damage || self.index.last().is_none_or(|last| position - last.position >= index_interval_bytes);
         if due {
             self.index.push(IndexEntry { offset: header.base_offset, timestamp: header.base_timestamp, position });
         }
@@ -176,6 +225,32 @@ impl Segment {
         self.last_timestamp = self.last_timestamp.max(timestamp_max);
         self.end_offset = header.end_offset();
         self.size += header.batch_length;
+    }
+
+    /// Records `len` damaged bytes at `position == self.size`, standing for the offsets up to
+    /// `to_offset` (the first valid batch after them, or the next segment's start).
+    pub fn record_damage(&mut self, to_offset: u64, len: u64) {
+        assert!(to_offset >= self.end_offset && len > 0);
+        match self.damaged.last_mut() {
+            // Damage right after damage is one run: reads step over it in one go.
+            Some(last) if last.position + last.len == self.size => {
+                last.to_offset = to_offset;
+                last.len += len;
+            }
+            _ => self.damaged.push(Damage { from_offset: self.end_offset, to_offset, position: self.size, len }),
+        }
+        self.end_offset = to_offset;
+        self.size += len;
+    }
+
+    /// The damaged run holding `offset`, if any.
+    pub fn damage_holding(&self, offset: u64) -> Option<&Damage> {
+        self.damaged.iter().find(|damage| (damage.from_offset..damage.to_offset).contains(&offset))
+    }
+
+    /// The damaged run starting at byte `position`, if any.
+    pub fn damage_at(&self, position: u64) -> Option<&Damage> {
+        self.damaged.iter().find(|damage| damage.position == position)
     }
 
     /// Where a scan for `offset` starts, and the offset of the batch there: the last index entry
