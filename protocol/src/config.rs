@@ -21,6 +21,41 @@ pub enum Bug {
     /// A deleted partition group's files are kept, and a partition created again under its
     /// namespace is the same group (no new incarnation): the old data comes back.
     DeletedGroupsKeepTheirFiles,
+    /// A new primary takes the longest log among the do_view_change votes, whatever its log_view.
+    ViewChangeTakesLongestLog,
+    /// Restart drops a prepare whose redundant header survived but whose body did not, as if it
+    /// were a torn tail never acknowledged: the replica may then nack an op it acknowledged.
+    RestartDropsDamagedPrepares,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 9] = [
+        Bug::AckBeforeDurable,
+        Bug::CommitWithoutQuorum,
+        Bug::ApplyRetryTwice,
+        Bug::PartitionDurableBeforeSync,
+        Bug::SkipSendPermission,
+        Bug::AcceptAnyPassword,
+        Bug::DeletedGroupsKeepTheirFiles,
+        Bug::ViewChangeTakesLongestLog,
+        Bug::RestartDropsDamagedPrepares,
+    ];
+
+    /// The bug's name in kebab case, as the simulator's `--bug` takes it.
+    pub fn name(self) -> String {
+        let mut name = String::new();
+        for (at, letter) in format!("{self:?}").chars().enumerate() {
+            if letter.is_ascii_uppercase() && at > 0 {
+                name.push('-');
+            }
+            name.push(letter.to_ascii_lowercase());
+        }
+        name
+    }
+
+    pub fn parse(name: &str) -> Option<Bug> {
+        Bug::ALL.into_iter().find(|bug| bug.name() == name)
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -143,13 +143,9 @@ impl Cluster {
         let mut rng = rng;
         let nodes = (0..n)
             .map(|index| {
-                let fault_zone = (index < scenario.faults.faulty_disks).then(|| {
-                    if rng.below(2) == 0 {
-                        Zone::WalHeaders
-                    } else {
-                        Zone::WalPrepares
-                    }
-                });
+                let fault_zone = (index < scenario.faults.faulty_disks)
+                    .then(|| if rng.below(2) == 0 { Zone::WalHeaders } else { Zone::WalPrepares })
+                    .or(scenario.faults.partition_rot.then_some(Zone::Partition));
                 Node {
                     replica: None,
                     mirror: None,
@@ -410,18 +406,41 @@ impl Cluster {
         if !self.faults || self.liveness_started_tick.is_some() {
             return;
         }
-        if !self.rng.chance(self.scenario.faults.crash_ppm) {
+        let faults = &self.scenario.faults;
+        let writing = self.nodes[index as usize].disk.writes_in_flight() > 0;
+        let crash_ppm = faults.crash_ppm + if writing { faults.crash_in_write_ppm } else { 0 };
+        if !self.rng.chance(crash_ppm) {
             return;
         }
         let down = self.nodes.iter().filter(|node| node.replica.is_none()).count();
-        if down < self.max_down {
-            self.crash(index);
-            let faults = &self.scenario.faults;
-            let restart = self
-                .rng
-                .range(faults.restart_ticks_min.max(1), faults.restart_ticks_max.max(faults.restart_ticks_min.max(1)));
-            self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
+        if down >= self.max_down {
+            return;
         }
+        self.crash_until_restart(index);
+        if down + 1 < self.max_down && self.rng.chance(self.scenario.faults.crash_pair_ppm) {
+            let up: Vec<u8> = (0..self.scenario.replica_count)
+                .filter(|&other| self.nodes[other as usize].replica.is_some())
+                .collect();
+            // The primary, when it is up: a backup and its primary down together is what a
+            // view change has to survive.
+            let primary = up
+                .iter()
+                .copied()
+                .find(|&other| self.nodes[other as usize].replica.as_ref().is_some_and(|replica| replica.is_primary()));
+            if let Some(other) = primary.or_else(|| (!up.is_empty()).then(|| *self.rng.pick(&up))) {
+                self.crash_until_restart(other);
+            }
+        }
+    }
+
+    /// Crashes a replica and schedules its restart.
+    fn crash_until_restart(&mut self, index: u8) {
+        self.crash(index);
+        let faults = &self.scenario.faults;
+        let restart = self
+            .rng
+            .range(faults.restart_ticks_min.max(1), faults.restart_ticks_max.max(faults.restart_ticks_min.max(1)));
+        self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
     }
 
     /// Processes the next event. Errors are checker violations.

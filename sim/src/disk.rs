@@ -143,6 +143,8 @@ impl SimDisk {
 
     fn faulty(&self, file: FileId, offset: u64) -> bool {
         match (self.fault_zone, self.zone(file, offset)) {
+            // A disk whose only faulty zone is its partition files.
+            (Some(Zone::Partition), at) => at == Some(Zone::Partition),
             (Some(_), Some(Zone::Superblock | Zone::Partition)) => true,
             (Some(zone), Some(at)) => zone == at,
             _ => false,
@@ -341,6 +343,11 @@ impl SimDisk {
             .filter(|(file, _)| file.namespace == namespace)
             .map(|(file, f)| (file.kind, f.len()))
             .collect()
+    }
+
+    /// Writes submitted and not yet completed.
+    pub fn writes_in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     /// The bytes of a file that survive a power loss.

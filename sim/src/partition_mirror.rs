@@ -119,7 +119,11 @@ impl PartitionMirror {
         while let Some(event) = self.log.poll_event() {
             match event {
                 PartitionEvent::Opened(report) => {
-                    if report.end_offset < durable_before && !damaged {
+                    // Damage may take durable messages, but never silently: below the durable
+                    // point the superblock recorded, a loss must be reported. (Above it, damage
+                    // looks like a torn tail: the superblock trails the latest group commit.)
+                    let silent = report.end_offset < durable_before.min(report.frontier) && !report.corrupt;
+                    if report.end_offset < durable_before && (!damaged || silent) {
                         return Err(format!(
                             "partition log lost durable messages: recovered to {} but {durable_before} was durable ({report:?})",
                             report.end_offset

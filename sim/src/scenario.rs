@@ -113,10 +113,19 @@ pub struct FaultRates {
     pub clog_delay_ns: u64,
     /// Per event a replica handles: it crashes right after.
     pub crash_ppm: u32,
+    /// Added to `crash_ppm` while the replica's disk has writes in flight: crashes in the middle
+    /// of writes, where bugs in durability ordering (acknowledging, committing or truncating
+    /// before a write lands) show.
+    pub crash_in_write_ppm: u32,
+    /// When a replica crashes, another one crashes with it (a shared power feed): a primary and
+    /// a backup down at once is when a view change must rebuild the log from what is durable.
+    pub crash_pair_ppm: u32,
     pub restart_ticks_min: u64,
     pub restart_ticks_max: u64,
     /// Replicas whose disks take faults: at most quorum_replication - 1 of them.
     pub faulty_disks: u8,
+    /// The other replicas' partition files (never their WAL) take faults too.
+    pub partition_rot: bool,
     pub write_corruption_ppm: u32,
     pub misdirected_write_ppm: u32,
     pub latent_sector_ppm: u32,
@@ -128,6 +137,11 @@ pub struct FaultRates {
     /// error); the replica must stop and recover from what is durable.
     pub wal_error_ppm: u32,
 }
+
+/// Mixed into the seed for draws made from it rather than from the RNG.
+const CRASH_IN_WRITE_SALT: u64 = 0x6372_6173_6877_7269;
+const PARTITION_ROT_SALT: u64 = 0x7061_7274_726f_7421;
+const CRASH_PAIR_SALT: u64 = 0x7061_6972_6564_2121;
 
 impl FaultRates {
     /// No faults at all, and a quick, quiet network.
@@ -142,9 +156,12 @@ impl FaultRates {
             clog_ppm: 0,
             clog_delay_ns: 0,
             crash_ppm: 0,
+            crash_in_write_ppm: 0,
+            crash_pair_ppm: 0,
             restart_ticks_min: 0,
             restart_ticks_max: 0,
             faulty_disks: 0,
+            partition_rot: false,
             write_corruption_ppm: 0,
             misdirected_write_ppm: 0,
             latent_sector_ppm: 0,
@@ -209,9 +226,24 @@ impl Scenario {
                     clog_ppm: rng.range(0, 2_000) as u32 * scale,
                     clog_delay_ns: rng.range(10_000_000, 200_000_000),
                     crash_ppm: rng.range(0, 400) as u32 * scale,
+                    // From the seed, not the RNG (as `wal_error_ppm`).
+                    crash_in_write_ppm: (vireo_storage::checksum::checksum64(
+                        &(seed ^ CRASH_IN_WRITE_SALT).to_le_bytes(),
+                    ) % 2_000) as u32
+                        * scale,
+                    crash_pair_ppm: (vireo_storage::checksum::checksum64(&(seed ^ CRASH_PAIR_SALT).to_le_bytes())
+                        % 150_000) as u32
+                        * scale,
                     restart_ticks_min: 10,
                     restart_ticks_max: rng.range(50, 600),
-                    faulty_disks: rng.range(0, quorum_replication as u64 - 1) as u8,
+                    // Heavy faults always damage a disk where the cluster can repair one.
+                    faulty_disks: (rng.range(0, quorum_replication as u64 - 1) as u8)
+                        .max(u8::from(heavy && quorum_replication > 1)),
+                    // Partition files rot on every other disk too (a single node's included) in
+                    // half the seeds: with no peer to repair from, the log must lose at most the
+                    // batch hit, and say so. From the seed, not the RNG (as `wal_error_ppm`).
+                    partition_rot: vireo_storage::checksum::checksum64(&(seed ^ PARTITION_ROT_SALT).to_le_bytes())
+                        .is_multiple_of(2),
                     write_corruption_ppm: rng.range(0, 20_000) as u32 * scale,
                     misdirected_write_ppm: rng.range(0, 10_000) as u32 * scale,
                     latent_sector_ppm: rng.range(0, 10_000) as u32 * scale,

@@ -70,3 +70,24 @@ fn a_partition_log_that_reports_durable_before_syncing_loses_durable_messages() 
     assert!(message.contains("lost durable messages"), "seed {seed}: {message}");
     eprintln!("partition-durable-before-sync caught at seed {seed}: {message}");
 }
+
+#[test]
+fn a_new_primary_that_takes_the_longest_log_instead_of_the_newest_is_caught() {
+    // A longer log from an older view holds prepares a later view replaced: taking it brings them
+    // back over committed ones. Crashes of a backup with its primary make such logs common.
+    let overrides = Overrides { replicas: Some(4), faults: Some(FaultLevel::Heavy), ..Default::default() };
+    let (seed, code, message) =
+        first_failure(Bug::ViewChangeTakesLongestLog, &overrides, 100).expect("caught within 100 seeds");
+    assert!(code == 129 || code == 127, "seed {seed}: exit {code}: {message}");
+    eprintln!("view-change-takes-longest-log caught at seed {seed}: {message}");
+}
+
+#[test]
+fn a_restart_that_drops_acknowledged_prepares_as_a_torn_tail_is_caught() {
+    // A prepare whose redundant header survived was acknowledged; dropping it as torn lets the
+    // replica nack it in a view change, and a committed op can vanish.
+    let (seed, code, message) =
+        first_failure(Bug::RestartDropsDamagedPrepares, &Overrides::default(), 400).expect("caught within 400 seeds");
+    assert!(code == 129 || code == 127, "seed {seed}: exit {code}: {message}");
+    eprintln!("restart-drops-damaged-prepares caught at seed {seed}: {message}");
+}

@@ -26,6 +26,7 @@ use vireo_storage::superblock::{choose, Superblock, SuperblockError, SUPERBLOCK_
 
 use super::durability::{token, token_detail, Snapshot, TokenKind};
 use super::{CheckpointRecord, Replica, ReplicaEvent, Status};
+use crate::config::Bug;
 use crate::header::{Command, Header};
 use crate::journal::{recover_slot, Entry, RecoveredSlot};
 use crate::state_machine::StateMachine;
@@ -323,7 +324,9 @@ impl<S: StateMachine> Replica<S> {
                         unconfirmed.push(header.op);
                     }
                 }
-                RecoveredSlot::HeaderOnly(header) if header.op > checkpoint_op => {
+                RecoveredSlot::HeaderOnly(header)
+                    if header.op > checkpoint_op && self.config.bug != Some(Bug::RestartDropsDamagedPrepares) =>
+                {
                     self.journal.insert(Entry { header, body: None, durable: false, faulty: true });
                 }
                 _ => {}

@@ -20,6 +20,7 @@ use vireo_storage::layout::HEADER_SIZE;
 use vireo_storage::superblock::VIEW_HEADERS_MAX;
 
 use super::{PipelineEntry, Replica, Status};
+use crate::config::Bug;
 use crate::header::{Command, Header, Message};
 use crate::journal::Entry;
 use crate::state_machine::StateMachine;
@@ -256,7 +257,12 @@ impl<S: StateMachine> Replica<S> {
         let votes: Vec<&DoViewChangeVote> = self.do_view_change_votes.iter().flatten().collect();
         // The newest log: highest log_view, then the latest start_view of that view (a primary
         // may have cut its view's log short), then the longest.
-        let newest = votes.iter().map(|vote| (vote.log_view, vote.log_view_sequence)).max().expect("a quorum of votes");
+        let newest = if self.config.bug == Some(Bug::ViewChangeTakesLongestLog) {
+            let longest = votes.iter().max_by_key(|vote| vote.op).expect("a quorum of votes");
+            (longest.log_view, longest.log_view_sequence)
+        } else {
+            votes.iter().map(|vote| (vote.log_view, vote.log_view_sequence)).max().expect("a quorum of votes")
+        };
         let best = votes
             .iter()
             .filter(|vote| (vote.log_view, vote.log_view_sequence) == newest)

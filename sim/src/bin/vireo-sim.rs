@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
+use vireo_protocol::config::Bug;
 use vireo_sim::run::{install_panic_hook, run_seed, run_traced, RunReport};
 use vireo_sim::scenario::{FaultLevel, Overrides, Workload};
 use vireo_sim::seeds;
@@ -50,6 +51,13 @@ fn parse_workload(text: &str) -> Result<Workload, String> {
     Workload::parse(text).ok_or_else(|| format!("unknown workload {text:?}: expected register or streaming"))
 }
 
+fn parse_bug(text: &str) -> Result<Bug, String> {
+    Bug::parse(text).ok_or_else(|| {
+        let names: Vec<String> = Bug::ALL.iter().map(|bug| bug.name()).collect();
+        format!("unknown bug {text:?}: expected one of {}", names.join(", "))
+    })
+}
+
 fn parse_faults(text: &str) -> Result<FaultLevel, String> {
     FaultLevel::parse(text).ok_or_else(|| format!("unknown fault level {text:?}: expected none, default or heavy"))
 }
@@ -89,6 +97,10 @@ enum Command {
         /// Worker threads (default: all cores).
         #[arg(long)]
         jobs: Option<usize>,
+        /// Plant a deliberate bug (kebab case: ack-before-durable, view-change-takes-longest-log,
+        /// ...) and count the seeds that catch it: a failing seed is a catch.
+        #[arg(long, value_parser = parse_bug)]
+        bug: Option<Bug>,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -136,7 +148,7 @@ fn run_one(seed: u64, overrides: &Overrides, trace: bool) -> ExitCode {
     ExitCode::from(report.exit_code as u8)
 }
 
-fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides) -> ExitCode {
+fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides, bug: Option<Bug>) -> ExitCode {
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
@@ -151,8 +163,11 @@ fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides) -> 
                     break;
                 }
                 let seed = start + index;
-                let report = run_seed(seed, overrides, None);
-                if report.exit_code != 0 {
+                let report = run_seed(seed, overrides, bug);
+                if report.exit_code != 0 && bug.is_some() {
+                    eprintln!("CAUGHT seed {seed} exit {}: {}", report.exit_code, report.message);
+                    failures.lock().expect("no poisoning: workers catch panics").push(report);
+                } else if report.exit_code != 0 {
                     eprintln!(
                         "FAIL seed {seed} exit {}: {}\n  scenario {}\n  replay: {}",
                         report.exit_code,
@@ -180,6 +195,11 @@ fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides) -> 
         );
     }
     println!("wall_s={:.1}", started.elapsed().as_secs_f64());
+    if let Some(bug) = bug {
+        let caught = failures.len() as f64 * 100.0 / seeds.max(1) as f64;
+        println!("{} caught by {} of {seeds} seeds ({caught:.1}%)", bug.name(), failures.len());
+        return ExitCode::SUCCESS;
+    }
     println!("{} passed, {} failed", seeds - failures.len() as u64, failures.len());
     if failures.is_empty() {
         ExitCode::SUCCESS
@@ -193,7 +213,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run { seed, trace, overrides } => run_one(seed, &overrides.overrides(), trace),
-        Command::Sweep { seeds, start, jobs, overrides } => sweep(seeds, start, jobs, &overrides.overrides()),
+        Command::Sweep { seeds, start, jobs, bug, overrides } => sweep(seeds, start, jobs, &overrides.overrides(), bug),
         Command::Replay { file } => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(text) => text,

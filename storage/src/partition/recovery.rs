@@ -46,6 +46,9 @@ pub struct RecoveryReport {
     pub damaged: Vec<(u64, u64)>,
     /// Bytes those runs take.
     pub damaged_bytes: u64,
+    /// The durable point the superblock recorded before this open: every message below it was
+    /// synced once, so a log that ends short of it lost durable messages (`corrupt`).
+    pub frontier: u64,
     /// Later segments deleted by the cut.
     pub segments_dropped: usize,
     /// Segments whose index was missing or bad and was rebuilt from the log.
@@ -192,6 +195,7 @@ impl Recovery {
                     if let Ok(superblock) = choose(to_result(&self.superblocks[0]), to_result(&self.superblocks[1])) {
                         log.superblock_sequence = superblock.sequence;
                         log.frontier = superblock.vsr_state.offset_frontier;
+                        self.report.frontier = log.frontier;
                         log.retained_from = superblock.vsr_state.retained_from;
                     } else {
                         // Both copies damaged: trust nothing below, scan every segment.
@@ -692,7 +696,7 @@ impl Recovery {
         log.synced_offset = end;
         log.sync_target = end;
         log.last_timestamp = log.segments.iter().map(|segment| segment.last_timestamp).max().unwrap_or(0);
-        self.report.corrupt |= !self.report.damaged.is_empty();
+        self.report.corrupt |= !self.report.damaged.is_empty() || end < self.report.frontier;
         self.report.segments = log.segments.len();
         self.report.first_offset = log.first_offset();
         self.report.end_offset = end;
