@@ -36,6 +36,8 @@ pub struct PartitionHarness {
     pub reports: Vec<RecoveryReport>,
     /// Offset ranges recovery reported damaged (lost on this copy): reads step over them.
     pub lost: Vec<(u64, u64)>,
+    /// The base offset of every batch appended and not cut, in order.
+    pub batch_bases: Vec<u64>,
 }
 
 impl PartitionHarness {
@@ -54,6 +56,7 @@ impl PartitionHarness {
             reads: Vec::new(),
             reports: Vec::new(),
             lost: Vec::new(),
+            batch_bases: Vec::new(),
         };
         harness.wait_open();
         harness
@@ -118,6 +121,7 @@ impl PartitionHarness {
                 Ok(appended) => {
                     assert_eq!(appended.base_offset, self.model_end(), "offsets are dense");
                     self.model.extend(ids.iter().map(|&id| (id, len)));
+                    self.batch_bases.push(appended.base_offset);
                     self.drain_events();
                     return appended.base_offset;
                 }
@@ -221,7 +225,28 @@ impl PartitionHarness {
         self.model.drain(..(first - self.model_first) as usize);
         self.model_first = first;
         self.durable = end;
+        self.batch_bases.retain(|base| *base < end);
         report
+    }
+
+    /// Cuts the log at the base of a batch (waiting out `Busy`) and lets the cut land; the model
+    /// forgets what was cut, and the synced point falls to the cut.
+    pub fn truncate(&mut self, from_offset: u64) -> Result<(), vireo_storage::partition::TruncateError> {
+        loop {
+            match self.log.truncate(&mut self.world, from_offset) {
+                Ok(()) => break,
+                Err(vireo_storage::partition::TruncateError::Busy) => {
+                    assert!(self.step(), "busy with nothing in flight")
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        assert_eq!(self.log.end_offset(), from_offset);
+        self.model.truncate((from_offset - self.model_first) as usize);
+        self.batch_bases.retain(|base| *base < from_offset);
+        self.durable = self.durable.min(from_offset);
+        self.settle();
+        Ok(())
     }
 
     /// Retention as the log applies it; the model follows the first offset.

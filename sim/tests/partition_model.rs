@@ -5,18 +5,30 @@
 use proptest::prelude::*;
 use vireo_sim::local::{no_faults, LocalWorld};
 use vireo_sim::partition_harness::PartitionHarness;
-use vireo_storage::partition::{PartitionConfig, ReadStart};
+use vireo_storage::partition::{PartitionConfig, ReadStart, TruncateError};
 
 #[derive(Clone, Debug)]
 enum Action {
-    Append { count: u32, len: usize },
+    Append {
+        count: u32,
+        len: usize,
+    },
     Flush,
     Sync,
     Step(usize),
-    Read { at: u16, count: u32 },
-    ReadTimestamp { at: u16 },
+    Read {
+        at: u16,
+        count: u32,
+    },
+    ReadTimestamp {
+        at: u16,
+    },
     Retention,
     Crash,
+    /// Cut at the base of the `back`-th newest batch still held (a view change's truncation).
+    Truncate {
+        back: usize,
+    },
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -29,6 +41,7 @@ fn action() -> impl Strategy<Value = Action> {
         1 => any::<u16>().prop_map(|at| Action::ReadTimestamp { at }),
         1 => Just(Action::Retention),
         1 => Just(Action::Crash),
+        1 => (0usize..6).prop_map(|back| Action::Truncate { back }),
     ]
 }
 
@@ -81,6 +94,19 @@ fn run(seed: u64, config: PartitionConfig, actions: Vec<Action>) {
             Action::Crash => {
                 harness.crash_and_reopen();
                 harness.check_all();
+            }
+            Action::Truncate { back } => {
+                let first = harness.log.first_offset();
+                let held: Vec<u64> = harness.batch_bases.iter().copied().filter(|base| *base >= first).collect();
+                if let Some(&from) = held.iter().rev().nth(back) {
+                    // After a reopen the log remembers only the batches recovery read: a deeper
+                    // cut is refused, and changes nothing.
+                    match harness.truncate(from) {
+                        Ok(()) | Err(TruncateError::TooDeep { .. }) => {}
+                        Err(error) => panic!("cut at {from} refused: {error}"),
+                    }
+                    harness.check_all();
+                }
             }
         }
         harness.world.advance(50_000);

@@ -366,3 +366,89 @@ fn zero_padding_after_a_sealed_segment_is_not_a_tear() {
     assert_eq!((report.end_offset, report.truncated_from, report.segments_trusted), (end, None, 0), "{report:?}");
     harness.check_all();
 }
+
+#[test]
+fn a_cut_removes_the_tail_across_segments_and_new_batches_take_its_offsets() {
+    let mut harness = sealed_partition(8);
+    let segments_before: Vec<u64> = harness.log.segments().map(|(start, ..)| start).collect();
+    assert!(segments_before.len() >= 4, "{segments_before:?}");
+    // Cut inside the second segment: it is cut short, every later one is removed, and the
+    // superblock stops claiming the cut bytes durable before any file is touched.
+    let second = segments_before[1];
+    let from = harness.batch_bases.iter().copied().find(|base| *base > second).unwrap();
+    harness.truncate(from).unwrap();
+    assert_eq!(harness.log.segments().map(|(start, ..)| start).collect::<Vec<_>>(), segments_before[..2]);
+    let files: Vec<u64> = harness
+        .world
+        .disk
+        .listing()
+        .into_iter()
+        .filter_map(|(file, _)| match file.kind {
+            FileKind::Segment(start) => Some(start),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(files, segments_before[..2]);
+    let read = harness.read(ReadStart::Offset(from), 10, 1 << 20).unwrap();
+    assert!(read.bytes.is_empty(), "nothing is served from the cut on");
+    // New batches at the same offsets, synced; a crash keeps them, and nothing of the old tail.
+    for _ in 0..8 {
+        harness.append(7, 50);
+    }
+    sync_and_settle(&mut harness);
+    let report = harness.crash_and_reopen();
+    assert!(!report.corrupt && report.truncated_from.is_none(), "{report:?}");
+    harness.check_all();
+}
+
+#[test]
+fn a_crash_before_a_cut_lands_keeps_the_old_batches_as_an_unsynced_tail() {
+    for seed in 0..20 {
+        let mut harness = sealed_partition(20 + seed);
+        let end = harness.log.end_offset();
+        let from = harness.batch_bases[harness.batch_bases.len() - 3];
+        harness.log.truncate(&mut harness.world, from).unwrap();
+        // Some of the cut's steps may land before the crash: the superblock that lowers the
+        // frontier, the file operations after it.
+        for _ in 0..harness.world.rng.below(4) {
+            harness.step();
+        }
+        harness.world.crash();
+        let reopened = PartitionHarness::new(harness.world, config());
+        let report = reopened.reports.last().unwrap();
+        assert!(!report.corrupt, "seed {seed}: a cut is not damage: {report:?}");
+        assert!(report.end_offset == end || report.end_offset == from, "seed {seed}: {report:?}");
+    }
+}
+
+#[test]
+fn stamped_appends_must_continue_the_log_and_cuts_must_start_a_batch() {
+    use vireo_storage::batch::{stamp, BatchBuilder};
+    use vireo_storage::partition::{AppendError, TruncateError};
+    let mut harness = PartitionHarness::new(LocalWorld::new(9, no_faults(), false), config());
+    harness.append(5, 10);
+    let stamped = |base: u64, partition: u64| {
+        let mut builder = BatchBuilder::new();
+        builder.push(99, b"stamped", b"");
+        let mut bytes = builder.finish(1);
+        stamp(&mut bytes, partition, base, 1_000).unwrap();
+        bytes
+    };
+    let world = &mut harness.world;
+    assert_eq!(harness.log.append_stamped(world, stamped(6, 0)), Err(AppendError::NotNext { expected: 5, found: 6 }));
+    assert_eq!(
+        harness.log.append_stamped(world, stamped(5, 1)),
+        Err(AppendError::WrongPartition { expected: 0, found: 1 })
+    );
+    // Writes in flight: a cut waits for them.
+    assert_eq!(harness.log.truncate(world, 0), Err(TruncateError::Busy));
+    let appended = harness.log.append_stamped(world, stamped(5, 0)).unwrap();
+    assert_eq!((appended.base_offset, appended.last_offset), (5, 5));
+    harness.settle();
+    let world = &mut harness.world;
+    assert_eq!(harness.log.truncate(world, 3), Err(TruncateError::NotABatchStart { offset: 3 }));
+    assert_eq!(harness.log.truncate(world, 7), Err(TruncateError::OutOfRange { offset: 7, first: 0, end: 6 }));
+    assert_eq!(harness.log.truncate(world, 6), Ok(()), "a cut at the end cuts nothing");
+    assert_eq!(harness.log.truncate(world, 5), Ok(()));
+    assert_eq!(harness.log.end_offset(), 5);
+}

@@ -21,6 +21,7 @@
 mod read;
 mod recovery;
 pub mod segment;
+mod truncate;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -31,6 +32,7 @@ use crate::superblock::{Superblock, VsrState};
 pub use read::{PollingStrategy, ReadBatches, ReadError, ReadRequest, ReadStart};
 pub use recovery::RecoveryReport;
 use segment::{IndexEntry, Segment};
+pub use truncate::TruncateError;
 
 /// Tokens of partition logs carry this tag in their top byte (the replica's use 1..=4).
 pub const PARTITION_TOKEN_TAG: u64 = 0x20;
@@ -70,6 +72,8 @@ pub struct PartitionConfig {
     /// Unit writes in flight at once (each at its own position; they complete in any order and
     /// count as written in order).
     pub writes_max: usize,
+    /// Batch starts the log remembers, newest first, for `truncate`: how deep a cut may go.
+    pub tail_batches_max: usize,
     /// Read and check every batch at open, also in sealed segments whose index recovery would
     /// otherwise trust (slower: `verify` uses it).
     pub verify_on_open: bool,
@@ -98,6 +102,7 @@ impl Default for PartitionConfig {
             read_bytes_max: 8 << 20,
             scan_chunk_bytes: 4 << 20,
             writes_max: 8,
+            tail_batches_max: 4096,
             verify_on_open: false,
             bug: None,
         }
@@ -112,6 +117,10 @@ pub enum AppendError {
     Busy,
     #[error("invalid batch: {0}")]
     Batch(#[from] BatchError),
+    #[error("the batch is stamped for partition {found}, not {expected}")]
+    WrongPartition { expected: u64, found: u64 },
+    #[error("the batch starts at offset {found}, but the log continues at {expected}")]
+    NotNext { expected: u64, found: u64 },
     #[error("the partition failed ({0}) and must be reopened")]
     Failed(IoError),
 }
@@ -255,6 +264,10 @@ pub struct PartitionLog {
     ops: BTreeMap<u64, Op>,
     token_next: u64,
     last_timestamp: u64,
+    /// (base offset, end offset, segment start, position) of the newest batches, oldest first.
+    tail: VecDeque<(u64, u64, u64, u64)>,
+    /// A cut whose file operations wait for its superblock; no write starts meanwhile.
+    cut_pending: Option<truncate::PendingCut>,
 }
 
 impl PartitionLog {
@@ -295,6 +308,8 @@ impl PartitionLog {
             ops: BTreeMap::new(),
             token_next: 0,
             last_timestamp: 0,
+            tail: VecDeque::new(),
+            cut_pending: None,
         };
         log.recovery = Some(recovery::Recovery::start(&mut log, io));
         log
@@ -339,7 +354,11 @@ impl PartitionLog {
 
     /// True when nothing is in flight: no unit, write, sync, read, superblock or removal.
     pub fn is_idle(&self) -> bool {
-        self.appending.is_none() && self.queued.is_empty() && self.ops.is_empty() && self.parked.is_empty()
+        self.appending.is_none()
+            && self.queued.is_empty()
+            && self.ops.is_empty()
+            && self.parked.is_empty()
+            && self.cut_pending.is_none()
     }
 
     pub fn poll_event(&mut self) -> Option<PartitionEvent> {
@@ -394,6 +413,7 @@ impl PartitionLog {
         let position = active.size;
         active.record_batch(header, timestamp_max, interval);
         let (segment_start, crossed) = (active.start_offset, active.size >= self.config.segment_size);
+        self.remember_batch(header, segment_start, position);
         let unit = self.appending.get_or_insert_with(|| Unit {
             segment_start,
             position,
@@ -453,6 +473,7 @@ impl PartitionLog {
         if let Status::Failed(_) = self.status {
             return;
         }
+        self.start_pending_cut(io);
         // The thresholds bound what may wait in memory; an idle device is not kept waiting for
         // them. So a unit goes out at once when no write is in flight, and while writes are in
         // flight it grows: the next write (and the next sync, the group commit) covers every
@@ -461,7 +482,11 @@ impl PartitionLog {
             self.flush_unit();
         }
         let failed = self.writing.iter().any(|writing| writing.error.is_some());
-        while !failed && self.ordering_ops == 0 && self.writing.len() < self.config.writes_max {
+        while !failed
+            && self.ordering_ops == 0
+            && self.cut_pending.is_none()
+            && self.writing.len() < self.config.writes_max
+        {
             let Some(unit) = self.queued.pop_front() else { break };
             self.write_unit(io, unit);
         }
@@ -673,6 +698,7 @@ impl PartitionLog {
     /// dropped and the log continues from its first offset. Bytes below it are untouched.
     fn reject_from(&mut self, io: &mut impl Io, writing: &Writing, error: IoError) {
         let from_offset = writing.base_offset;
+        self.tail.retain(|(base, ..)| *base < from_offset);
         self.appending = None;
         self.queued.clear();
         self.unwritten_bytes = 0;
@@ -738,7 +764,7 @@ impl PartitionLog {
     /// oldest while the partition is over its size. Never the active segment, never one not yet
     /// synced.
     pub fn apply_retention(&mut self, io: &mut impl Io, now_us: u64) -> usize {
-        if self.status != Status::Open || self.creates_in_flight > 0 {
+        if self.status != Status::Open || self.creates_in_flight > 0 || self.cut_pending.is_some() {
             return 0;
         }
         let mut deleted = 0;
@@ -794,6 +820,7 @@ impl PartitionLog {
         let keep_active = self.segments.back().is_some_and(Segment::is_empty);
         let old_count = self.segments.len() - usize::from(keep_active);
         let old: Vec<u64> = self.segments.drain(..old_count).map(|segment| segment.start_offset).collect();
+        self.tail.clear();
         if !keep_active {
             self.segments.push_back(Segment::new(end));
             self.create_active_files(io);

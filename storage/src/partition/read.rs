@@ -259,6 +259,10 @@ impl PartitionLog {
         let (mut first, mut last, mut start_offset) = (None, 0, None);
         let (mut messages, mut taken_bytes, mut batch_count) = (0u64, 0u64, 0u32);
         for &(at, header) in &scan.batches {
+            // A read of a file a cut has not reached yet: nothing from the cut on is served.
+            if header.base_offset >= self.end_offset() {
+                break;
+            }
             let batch_bytes = &bytes[at..at + header.batch_length as usize];
             let wanted_from = match request.start {
                 ReadStart::Offset(offset) => (header.end_offset() > offset).then_some(offset.max(header.base_offset)),

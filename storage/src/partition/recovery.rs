@@ -241,6 +241,9 @@ impl Recovery {
                         })
                         .max();
                     let logical_size = last.position + scan.valid_len as u64;
+                    for &(at, header) in &scan.batches {
+                        log.remember_batch(&header, start, last.position + at as u64);
+                    }
                     (whole && end.is_some() && end == next_start)
                         .then(|| (end.unwrap(), timestamp_max.unwrap_or(0), logical_size))
                 });
@@ -310,9 +313,11 @@ impl Recovery {
                     }
                 };
                 let building = self.building.as_mut().expect("segment being built");
+                let segment_start = building.start_offset;
                 for &(at, header) in &scan.batches {
                     let timestamp_max = segment::batch_timestamp_max(&bytes[at..at + header.batch_length as usize]);
                     building.record_batch(&header, timestamp_max, log.config.index_interval_bytes);
+                    log.remember_batch(&header, segment_start, position + at as u64);
                 }
                 let scanned_to = position + scan.valid_len as u64;
                 let read_to_end = position + bytes.len() as u64 == size;
