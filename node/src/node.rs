@@ -38,9 +38,9 @@ use std::sync::Arc;
 use vireo_io::{Completion, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX};
-use vireo_protocol::request::{OPERATION_REGISTER, OPERATION_UNREGISTER};
+use vireo_protocol::request::{batched_requests, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use vireo_protocol::wire::{self, ClientRequest};
-use vireo_protocol::Status;
+use vireo_protocol::{StateMachine, Status};
 use vireo_storage::layout::HEADER_SIZE;
 
 use crate::admission::{
@@ -56,8 +56,8 @@ use crate::metadata::{
 use crate::metadata_plane::{internal_body, purged_topics, LoginProof, MetadataMachine, OPERATION_END_SESSION};
 use crate::node_io::{ConnectionId, LocalRead, MetadataView, NodeIo, ShardMessage};
 use crate::partition::request::{
-    encode_poll_reply, PartitionRequest, PollReply, OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES,
-    OPERATION_STORE_CONSUMER_OFFSET,
+    decode_poll_reply, encode_poll_reply, PartitionRequest, PollReply, OPERATION_DELETE_CONSUMER_OFFSET,
+    OPERATION_POLL_MESSAGES, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
 };
 use crate::reads::{self, Reader};
 use crate::routing::shard_of;
@@ -496,11 +496,31 @@ impl Node {
         // The groups' events first: a reply follows the commit that made it.
         self.drain_shard_events();
         for reply in replies {
+            let reply = self.fill_poll_reply(reply);
             self.route_client_reply(io, reply);
         }
         if publish && self.shard_index() == 0 {
             self.publish(io);
         }
+    }
+
+    /// A replicated poll's reply names its range only (`PartitionMachine::fill`): the messages
+    /// come from the log of the replica here that applied it and sends the reply, fresh for
+    /// every answer (a retried poll's cached reply too). Anything else goes on as it is.
+    fn fill_poll_reply(&self, frame: Vec<u8>) -> Vec<u8> {
+        let Ok(header) = Header::decode(&frame) else { return frame };
+        if header.command != Command::Reply || header.operation != OPERATION_POLL_MESSAGES || header.status != 0 {
+            return frame;
+        }
+        let Some(replica) = group_namespace(header.group).and_then(|group| self.shard.partition(group)) else {
+            return frame;
+        };
+        let Ok(mut reply) = decode_poll_reply(&frame[HEADER_SIZE..]) else {
+            // A refusal (a status word): no messages to fill in.
+            return frame;
+        };
+        replica.state_machine().fill(&mut reply);
+        Message::new(header, encode_poll_reply(&reply)).encode()
     }
 
     fn drain_shard_events(&mut self) {
@@ -787,6 +807,17 @@ impl Node {
         };
         let group = group_namespace(request.group).expect("a read names its group");
         let reply = match self.shard.partition(group) {
+            Some(replica) if replica.status() != Status::Opening && self.bug() == Some(Bug::PollPastCommit) => {
+                // The planted bug: the prepares held past the commit point, applied to a copy.
+                let mut ahead = replica.state_machine().clone();
+                for (prepare, body) in replica.prepares_past_commit() {
+                    for request in batched_requests(body) {
+                        let user_id = request.header.user_id;
+                        ahead.apply(prepare.op, prepare.timestamp, &request.header, user_id, request.body);
+                    }
+                }
+                ahead.read(partition, consumer, strategy, count)
+            }
             Some(replica) if replica.status() != Status::Opening => {
                 replica.state_machine().read(partition, consumer, strategy, count)
             }

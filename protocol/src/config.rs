@@ -26,10 +26,13 @@ pub enum Bug {
     /// Restart drops a prepare whose redundant header survived but whose body did not, as if it
     /// were a torn tail never acknowledged: the replica may then nack an op it acknowledged.
     RestartDropsDamagedPrepares,
+    /// A node answers a poll without auto-commit from its replica's log as if every prepare it
+    /// holds were committed: a primary serves messages a view change may still discard.
+    PollPastCommit,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 9] = [
+    pub const ALL: [Bug; 10] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -39,6 +42,7 @@ impl Bug {
         Bug::DeletedGroupsKeepTheirFiles,
         Bug::ViewChangeTakesLongestLog,
         Bug::RestartDropsDamagedPrepares,
+        Bug::PollPastCommit,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

@@ -741,3 +741,47 @@ fn a_full_channel_delays_a_request_and_loses_nothing() {
     }
     panic!("the login was never answered once the channel had room");
 }
+
+/// A poll with auto-commit is one replicated op that stores the offset and names the messages it
+/// chose, without their bytes: the group's client table caches that range, and the replica that
+/// answers re-reads the messages from its log. The next poll goes on after them.
+#[test]
+fn an_auto_commit_poll_is_replicated_without_message_bytes() {
+    let mut world = World::new();
+    setup(&mut world);
+    assert_eq!(world.command(send(1, &[31, 32, 33])).0.status, 0);
+    let next = |count: u32| {
+        ClientRequest::PollMessages(PollMessages {
+            consumer: Consumer { kind: ConsumerKind::Consumer, id: id(1) },
+            stream: id(0),
+            topic: id(0),
+            partition_id: Some(1),
+            strategy: PollingStrategy { kind: PollingKind::Next, value: 0 },
+            count,
+            auto_commit: true,
+        })
+    };
+    let (polled, body) = world.command(next(2));
+    assert_eq!(polled.status, 0);
+    assert_eq!(polled_ids(&body), [31, 32]);
+    let group = Namespace::partition(0, 0, 1);
+    let shard = &world.shards[vireo_node::routing::shard_of(group, SHARDS) as usize];
+    let cached = shard.shard().partition(group).expect("hosted").client_table().get(world.client).expect("a session");
+    // status, partition, current_offset, count, start: the range, and no batch.
+    assert_eq!(cached.reply.len(), 28, "the cached reply holds no message bytes");
+    let (_, body) = world.command(next(10));
+    assert_eq!(polled_ids(&body), [33], "the stored offset moved past what the first poll delivered");
+}
+
+/// The ids of the messages a poll reply's body holds, in order.
+fn polled_ids(body: &[u8]) -> Vec<u128> {
+    let reply = wire::PollReply::decode(body).unwrap();
+    let mut ids = Vec::new();
+    let mut rest = reply.batches();
+    while !rest.is_empty() {
+        let len = vireo_storage::batch::BatchHeader::decode(rest).unwrap().batch_length as usize;
+        ids.extend(vireo_storage::batch::messages(&rest[..len]).unwrap().iter().map(|message| message.id));
+        rest = &rest[len..];
+    }
+    ids
+}

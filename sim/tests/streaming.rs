@@ -58,6 +58,22 @@ fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
     );
 }
 
+/// A node that answers polls from prepares it holds past the commit point serves messages a view
+/// change discards: the checker sees an offset that holds one value per a poll and another per
+/// the log that was committed.
+#[test]
+fn a_poll_served_past_the_commit_point_is_caught() {
+    install_panic_hook();
+    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() };
+    let caught = (0..100).find_map(|seed| {
+        let report = run_seed(seed, &overrides, Some(Bug::PollPastCommit));
+        (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
+    });
+    let (seed, code, message) = caught.expect("caught within 100 seeds");
+    assert_eq!(code, 129, "seed {seed}: {message}");
+    assert!(message.contains("inconsistent offsets") || message.contains("unknown value"), "seed {seed}: {message}");
+}
+
 /// Request -> the node's admission, session and routing -> replication -> reply, for
 /// the first send, the first poll and the first consumer-group join of a quiet 3 x 2 cluster.
 #[test]

@@ -28,6 +28,13 @@ pub const POLL_BYTES_MAX: u64 = 256 << 10;
 /// Messages one poll may ask for.
 pub const POLL_COUNT_MAX: u32 = 100_000;
 
+/// A poll's choice: `count` messages from `start`, held by the stored batches at `batches`.
+struct Chosen {
+    start: u64,
+    count: u32,
+    batches: std::ops::Range<usize>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionMachine {
     /// (base offset, stamped batch), oldest first.
@@ -93,6 +100,11 @@ impl PartitionMachine {
         self.next_offset
     }
 
+    /// A replicated poll: chooses the messages and (with auto-commit) stores the consumer's
+    /// offset past them in the same op, so a retried poll gets the same range and never skips
+    /// any. The reply names the range only (`start`, `count`, no batch bytes): the replica that
+    /// sends it re-reads the messages from its log (`fill`), so client tables and checkpoints never
+    /// hold message bytes.
     fn poll(
         &mut self,
         partition: u32,
@@ -101,18 +113,27 @@ impl PartitionMachine {
         count: u32,
         auto_commit: bool,
     ) -> Result<PollReply, PartitionStatus> {
-        let reply = self.read(partition, consumer, strategy, count);
-        if auto_commit && reply.count > 0 {
-            self.store_offset(consumer, reply.start + reply.count as u64 - 1)?;
+        let chosen = self.choose(consumer, strategy, count);
+        if auto_commit && chosen.count > 0 {
+            self.store_offset(consumer, chosen.start + chosen.count as u64 - 1)?;
         }
-        Ok(reply)
+        Ok(PollReply {
+            partition,
+            current_offset: self.current_offset(),
+            start: chosen.start,
+            count: chosen.count,
+            batches: Vec::new(),
+        })
     }
 
-    /// What a poll returns, changing nothing: the messages of the applied (so committed) log
-    /// from where `strategy` says, at most `count` (and `POLL_BYTES_MAX` of whole batches). A node
-    /// answers a poll without auto-commit with this, from its own replica: a replica that lags
-    /// returns a prefix of the log, never a message that is not committed.
-    pub fn read(&self, partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> PollReply {
+    /// The partition's last offset, or `u64::MAX` while it has none.
+    fn current_offset(&self) -> u64 {
+        self.next_offset.checked_sub(1).unwrap_or(u64::MAX)
+    }
+
+    /// Where a poll starts, how many messages it delivers and which stored batches hold them,
+    /// changing nothing: at most `count` (and `POLL_BYTES_MAX` of whole batches, at least one).
+    fn choose(&self, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> Chosen {
         let count = count.min(POLL_COUNT_MAX);
         let stored = self.consumer_offsets.get(&consumer).copied();
         let start = match strategy {
@@ -123,25 +144,68 @@ impl PartitionMachine {
             PollingStrategy::Next => stored.map_or(self.first_offset, |offset| offset + 1),
         }
         .max(self.first_offset);
-        let mut batches = Vec::new();
+        let mut batches = 0..0;
         let mut end = start;
         if count > 0 && start < self.next_offset {
             let first = self.batches.partition_point(|(base, _)| *base <= start) - 1;
+            batches = first..first;
+            let mut taken_bytes = 0u64;
             for (base, bytes) in self.batches.iter().skip(first) {
-                if end >= start + count as u64
-                    || (!batches.is_empty() && (batches.len() + bytes.len()) as u64 > POLL_BYTES_MAX)
+                if end >= start + count as u64 || (taken_bytes > 0 && taken_bytes + bytes.len() as u64 > POLL_BYTES_MAX)
                 {
                     break;
                 }
                 let header = BatchHeader::decode(bytes).expect("stored batches are valid");
                 debug_assert_eq!(header.base_offset, *base);
-                batches.extend_from_slice(bytes);
+                taken_bytes += bytes.len() as u64;
+                batches.end += 1;
                 end = header.end_offset();
             }
         }
         let delivered = end.saturating_sub(start).min(count as u64) as u32;
-        let current_offset = self.next_offset.checked_sub(1).unwrap_or(u64::MAX);
-        PollReply { partition, current_offset, start, count: delivered, batches }
+        Chosen { start, count: delivered, batches }
+    }
+
+    fn copy_batches(&self, batches: std::ops::Range<usize>) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for (_, batch) in self.batches.range(batches) {
+            bytes.extend_from_slice(batch);
+        }
+        bytes
+    }
+
+    /// What a poll returns, changing nothing: the messages of the applied (so committed) log
+    /// from where `strategy` says, at most `count` (and `POLL_BYTES_MAX` of whole batches). A node
+    /// answers a poll without auto-commit with this, from its own replica: a replica that lags
+    /// returns a prefix of the log, never a message that is not committed.
+    pub fn read(&self, partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> PollReply {
+        let chosen = self.choose(consumer, strategy, count);
+        let batches = self.copy_batches(chosen.batches);
+        PollReply {
+            partition,
+            current_offset: self.current_offset(),
+            start: chosen.start,
+            count: chosen.count,
+            batches,
+        }
+    }
+
+    /// The batches of a replicated poll's reply, re-read from the log by the replica that answers
+    /// it (a reply names its range only, see `poll`). This replica applied the poll, so it holds
+    /// the range unless retention or a purge removed it since: then it gives the part still held.
+    pub fn fill(&self, reply: &mut PollReply) {
+        if reply.count == 0 || !reply.batches.is_empty() {
+            return;
+        }
+        let held = self.choose(ConsumerKey::Consumer(0), PollingStrategy::Offset(reply.start), reply.count);
+        if held.start != reply.start {
+            // The range's head is gone: what is left of it starts later than the reply says.
+            let lost = (held.start - reply.start).min(reply.count as u64) as u32;
+            reply.start = held.start;
+            reply.count -= lost;
+        }
+        reply.count = reply.count.min(held.count);
+        reply.batches = self.copy_batches(held.batches);
     }
 
     fn store_offset(&mut self, consumer: ConsumerKey, offset: u64) -> Result<(), PartitionStatus> {
@@ -180,7 +244,7 @@ impl PartitionMachine {
             PartitionRequest::GetOffset { partition, consumer } => match self.consumer_offsets.get(&consumer) {
                 Some(stored) => encode_offset_reply(&OffsetReply {
                     partition,
-                    current_offset: self.next_offset.checked_sub(1).unwrap_or(u64::MAX),
+                    current_offset: self.current_offset(),
                     stored: *stored,
                 }),
                 None => encode_status(Some(PartitionStatus::OffsetNotFound)),

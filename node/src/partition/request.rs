@@ -9,7 +9,9 @@
 //! - `OPERATION_POLL_MESSAGES` (163): partition u32, consumer, strategy kind u8 + value u64,
 //!   count u32, auto_commit u8. Reply: status u32, partition u32, current_offset u64 (the
 //!   partition's last offset, or u64::MAX when empty), count u32 (messages delivered: offsets
-//!   start..start+count), start u64, then whole stamped batches that hold them.
+//!   start..start+count), start u64, then whole stamped batches that hold them. A replicated
+//!   poll's reply, as the group commits and caches it, carries no batches: the replica that
+//!   sends it fills them in from its log (`PartitionMachine::fill`).
 //!
 //! - `OPERATION_GET_CONSUMER_OFFSET` (164): partition u32, consumer. Reply: status u32, partition
 //!   u32, current_offset u64 (u64::MAX when empty), stored u64.
@@ -17,7 +19,8 @@
 //!   on from where they were (a consumer's stored offset stays meaningful).
 //!
 //! Polls are replicated requests too: a poll with auto-commit stores its consumer's offset in the
-//! same op that chose the messages, so a retried poll gets the same messages and never skips any.
+//! same op that chose the messages, so a retried poll gets the same range (re-read from the log,
+//! never cached with its bytes) and never skips any.
 //! Consumer: kind u8 (1 consumer, 2 consumer group) + id u32.
 
 use thiserror::Error;

@@ -309,6 +309,15 @@ impl<S: StateMachine> Replica<S> {
         self.journal.get_exact(op, checksum).and_then(|entry| entry.body.as_deref())
     }
 
+    /// The prepares this replica holds past its last executed op, in op order, as far as their
+    /// bodies are here: not committed as far as it knows. For a planted bug that serves them.
+    pub fn prepares_past_commit(&self) -> impl Iterator<Item = (&Header, &[u8])> {
+        (self.commit_min + 1..=self.op).map_while(|op| {
+            let entry = self.journal.get(op)?;
+            Some((&entry.header, entry.body.as_deref()?))
+        })
+    }
+
     /// The next event for the driver, if any.
     pub fn poll_event(&mut self) -> Option<ReplicaEvent> {
         self.events.pop_front()
