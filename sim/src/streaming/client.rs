@@ -325,7 +325,7 @@ impl StreamClient {
             idle_until: 0,
             next_node: first_node,
             initial_partitions: 1,
-            batch_messages_max: 4,
+            batch_messages_max: 200,
             invoked: None,
             observations: Vec::new(),
         }
@@ -728,7 +728,8 @@ impl StreamClient {
                     topic: id(TOPIC),
                     partition_id: Some(*partition),
                     strategy,
-                    count: 1 + (self.sequence % 16) as u32,
+                    // Polls scale with the batches producers send, or consumers never catch up.
+                    count: 1 + (self.sequence % (16 + 4 * self.batch_messages_max as u64)) as u32,
                     auto_commit: committing,
                 };
                 self.sequence += 1;
