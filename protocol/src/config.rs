@@ -85,6 +85,8 @@ pub struct Config {
     pub clients_max: usize,
     /// Each of the two checkpoint regions of `snapshot.bin`.
     pub snapshot_size_max: u64,
+    /// Bytes of a checkpoint one state-transfer message carries at most.
+    pub checkpoint_chunk_bytes: u64,
     /// Prepares asked for in one request_prepares.
     pub repair_batch_max: usize,
     /// Prepares the WAL writes in one group commit.
@@ -114,6 +116,7 @@ impl Config {
             batch_requests_max: 32,
             clients_max: 64,
             snapshot_size_max: 64 * 1024 * 1024,
+            checkpoint_chunk_bytes: 1024 * 1024,
             repair_batch_max: 16,
             write_batch_max: 64,
             prepare_timeout_ticks: 20,
@@ -160,6 +163,11 @@ impl Config {
         assert!(self.prepare_queue_max >= 1);
         assert!(self.journal_slots > 2 * self.prepare_queue_max as u64 + 4);
         assert!(self.checkpoint_interval() >= 1);
+        assert!(self.checkpoint_chunk_bytes >= 1);
+        assert!(
+            self.checkpoint_chunk_bytes + vireo_storage::layout::HEADER_SIZE as u64
+                <= crate::header::FRAME_SIZE_MAX as u64
+        );
         // A view's uncommitted suffix, and the header below it, fit in the superblock.
         assert!(self.prepare_queue_max * 2 + 2 <= vireo_storage::superblock::VIEW_HEADERS_MAX);
     }

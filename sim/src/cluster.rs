@@ -138,6 +138,7 @@ impl Cluster {
         config.batch_requests_max = 8;
         config.request_queue_max = 16;
         config.snapshot_size_max = SNAPSHOT_SIZE_MAX;
+        config.checkpoint_chunk_bytes = scenario.checkpoint_chunk_bytes;
         config.bug = bug;
         let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
         let mut rng = rng;
@@ -346,7 +347,9 @@ impl Cluster {
                         if *formatted { " (formatted)" } else { "" }
                     ),
                     ReplicaEvent::CheckpointDurable { op } => format!("r{index} checkpoint op={op}"),
-                    ReplicaEvent::StateTransferred { op } => format!("r{index} state transfer to op={op}"),
+                    ReplicaEvent::StateTransferred { op, chunks } => {
+                        format!("r{index} state transfer to op={op} in {chunks} chunks")
+                    }
                     ReplicaEvent::LogTruncated { op, sequence } => {
                         format!("r{index} truncated its log below op={op} (start_view sequence {sequence})")
                     }

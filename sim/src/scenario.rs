@@ -142,6 +142,11 @@ pub struct FaultRates {
 const CRASH_IN_WRITE_SALT: u64 = 0x6372_6173_6877_7269;
 const PARTITION_ROT_SALT: u64 = 0x7061_7274_726f_7421;
 const CRASH_PAIR_SALT: u64 = 0x7061_6972_6564_2121;
+const CHUNK_SALT: u64 = 0x6368_756e_6b73_2121;
+
+/// Bytes of a checkpoint one state-transfer message carries, per seed: small in most runs, so
+/// that a replica that falls behind assembles its checkpoint from many chunks.
+const CHECKPOINT_CHUNK_BYTES: [u64; 4] = [16 << 10, 64 << 10, 256 << 10, 1 << 20];
 
 impl FaultRates {
     /// No faults at all, and a quick, quiet network.
@@ -185,6 +190,8 @@ pub struct Scenario {
     pub safety_ticks: u64,
     pub liveness_ticks_max: u64,
     pub faults: FaultRates,
+    /// `Config::checkpoint_chunk_bytes` (from the seed, not the RNG).
+    pub checkpoint_chunk_bytes: u64,
 }
 
 impl Scenario {
@@ -266,6 +273,8 @@ impl Scenario {
             safety_ticks: rng.range(2_000, 8_000),
             liveness_ticks_max: 6_000,
             faults,
+            checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES
+                [(vireo_storage::checksum::checksum64(&(seed ^ CHUNK_SALT).to_le_bytes()) % 4) as usize],
         }
     }
 }

@@ -58,6 +58,24 @@ fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
     );
 }
 
+/// A replica that falls behind its peers' WALs takes a checkpoint in chunks
+/// (`Config::checkpoint_chunk_bytes`, drawn small per seed): seed 288 transfers state many times,
+/// each over many chunks, and every checker still passes.
+#[test]
+fn state_transfer_assembles_checkpoints_from_many_chunks() {
+    install_panic_hook();
+    let report = run_seed(288, &streaming(), None);
+    assert_eq!(report.exit_code, 0, "{}", report.message);
+    let figures = report.streaming.expect("streaming figures");
+    let figure = |name: &str| -> u64 {
+        let field = figures.split(' ').find_map(|field| field.strip_prefix(&format!("{name}="))).expect(name);
+        field.parse().unwrap()
+    };
+    let (transfers, chunks) = (figure("state_transfers"), figure("checkpoint_chunks"));
+    assert!(transfers >= 2, "{figures}");
+    assert!(chunks >= 4 * transfers, "most transfers take many chunks: {figures}");
+}
+
 /// A node that answers polls from prepares it holds past the commit point serves messages a view
 /// change discards: the checker sees an offset that holds one value per a poll and another per
 /// the log that was committed.

@@ -78,8 +78,10 @@ pub enum ReplicaEvent {
     CheckpointDurable {
         op: u64,
     },
+    /// A peer's checkpoint, assembled from `chunks` messages, replaced this replica's state.
     StateTransferred {
         op: u64,
+        chunks: u32,
     },
     /// A primary cut its view's log short below `op` (a nack quorum proved it uncommitted).
     LogTruncated {
@@ -161,6 +163,8 @@ pub struct Replica<S: StateMachine> {
     /// The newest checkpoint whose snapshot is on disk (durable once the superblock names it).
     checkpoint_ready: Option<CheckpointRecord>,
 
+    /// A peer's checkpoint being assembled from its chunks (bounded by `snapshot_size_max`).
+    transfer: Option<repair::Transfer>,
     /// The newest checkpoint a peer told us of, and who.
     peer_checkpoint_op: u64,
     peer_checkpoint_replica: u8,
@@ -225,6 +229,7 @@ impl<S: StateMachine> Replica<S> {
             snapshot: SnapshotPipeline::default(),
             checkpoint_ready: None,
             peer_checkpoint_op: 0,
+            transfer: None,
             peer_checkpoint_replica: 0,
             commit_stall_ticks: 0,
             timeout_prepare: Timeout::new(config.prepare_timeout_ticks, false),

@@ -3,6 +3,14 @@
 //! that fell behind the point where its peers' WALs still hold what it needs (request_checkpoint,
 //! answered with a checkpoint).
 //!
+//! A checkpoint crosses in chunks of at most `Config::checkpoint_chunk_bytes`, each asked for by
+//! the replica that assembles it: request_checkpoint names the checkpoint (`checkpoint_op`, 0 for
+//! the peer's newest) and the byte offset wanted (`request`); a checkpoint chunk carries the
+//! checkpoint's op and checksum (`op`, `parent`), its whole size (`session`), the xxh3-64 of its
+//! whole bytes (`context`) and where the chunk starts (`request`). Chunks are taken in order only,
+//! the assembly is bounded by `snapshot_size_max`, a newer checkpoint restarts it, and it is
+//! installed only once whole and matching its checksum.
+//!
 //! What to fetch is decided by the hash chain alone: walking down from the head of the view, each
 //! prepare names its parent's checksum, so a missing or wrong prepare is asked for by (op,
 //! checksum), and any peer's copy that matches is the right one, whoever sends it. Breaks in the
@@ -14,6 +22,7 @@
 //! there and starts the view's log again with a higher start_view sequence (see `view_change`).
 
 use vireo_io::Io;
+use vireo_storage::checksum::checksum64;
 
 use super::{Replica, ReplicaEvent, Status};
 use vireo_storage::superblock::VIEW_HEADERS_MAX;
@@ -29,6 +38,28 @@ const REPAIR_ENTRY_SIZE: usize = 24;
 
 /// Ticks a backup's commits may stall behind a peer's checkpoint before it asks for state transfer.
 const STATE_TRANSFER_STALL_TICKS: u64 = 100;
+
+/// A peer's checkpoint being assembled from its chunks (state transfer).
+#[derive(Debug)]
+pub(super) struct Transfer {
+    op: u64,
+    checksum: u128,
+    size: u64,
+    checksum64: u64,
+    /// The peer that sent the chunks so far: the next one is asked of it first.
+    from: u8,
+    /// The checkpoint's bytes received so far, in order.
+    bytes: Vec<u8>,
+    /// Repair rounds since the last chunk was taken (`TRANSFER_STALL_ROUNDS_MAX`).
+    stalled_rounds: u32,
+    /// Chunks taken so far.
+    chunks: u32,
+}
+
+/// Repair rounds an assembly may go without a chunk before it is dropped and started again from
+/// any peer (its peer may be gone, or have moved on; another's checkpoint of the same op may
+/// differ in bytes, so chunks are never mixed).
+const TRANSFER_STALL_ROUNDS_MAX: u32 = 4;
 
 pub(super) struct ChainWalk {
     /// The chain reaches the last executed op.
@@ -182,12 +213,28 @@ impl<S: StateMachine> Replica<S> {
         // Commits stalled for long: the prepares we lack may be gone from every WAL (checkpointed
         // over), even if no peer told us of its checkpoint (an idle cluster sends us nothing).
         let stalled = self.commit_stall_ticks >= STATE_TRANSFER_STALL_TICKS;
+        if self.transfer.as_ref().is_some_and(|transfer| transfer.op <= self.commit_min) {
+            // Caught up some other way.
+            self.transfer = None;
+        }
+        if let Some(transfer) = &mut self.transfer {
+            // An assembly goes on with the peer that sent its chunks so far; one that does not
+            // move on (its peer is gone, or moved on to a newer checkpoint) is dropped and asked
+            // for anew.
+            transfer.stalled_rounds += 1;
+            if transfer.stalled_rounds > TRANSFER_STALL_ROUNDS_MAX {
+                self.transfer = None;
+            } else {
+                let from = transfer.from;
+                let message = self.request_checkpoint_message();
+                self.send(io, from, &message);
+                return;
+            }
+        }
         if walk.behind || stalled {
             // Ask the replica that told us of the newest checkpoint, and one more at random in
             // case that one is gone; only a peer whose checkpoint is ahead of us answers.
-            let mut header = self.header(Command::RequestCheckpoint);
-            header.commit = self.commit_min;
-            let message = Message::new(header, Vec::new());
+            let message = self.request_checkpoint_message();
             if self.peer_checkpoint_replica != self.replica && self.peer_checkpoint_op > self.commit_min {
                 self.send(io, self.peer_checkpoint_replica, &message);
             }
@@ -196,6 +243,18 @@ impl<S: StateMachine> Replica<S> {
             }
             self.commit_stall_ticks = 0;
         }
+    }
+
+    /// A request for the next chunk of the checkpoint being assembled, or for the first chunk of
+    /// a peer's newest.
+    fn request_checkpoint_message(&self) -> Message {
+        let mut header = self.header(Command::RequestCheckpoint);
+        header.commit = self.commit_min;
+        if let Some(transfer) = &self.transfer {
+            header.checkpoint_op = transfer.op;
+            header.request = transfer.bytes.len() as u64;
+        }
+        Message::new(header, Vec::new())
     }
 
     /// A peer other than us, chosen with seeded randomness so that one dead peer cannot starve
@@ -417,53 +476,119 @@ impl<S: StateMachine> Replica<S> {
 
     pub(super) fn on_request_checkpoint(&mut self, io: &mut impl Io, message: Message) {
         let Some(checkpoint) = self.checkpoint_durable_snapshot() else { return };
-        if checkpoint.0.op <= message.header.commit {
+        let (record, snapshot) = checkpoint;
+        if record.op <= message.header.commit {
             return;
         }
-        let (record, snapshot) = checkpoint;
+        // A chunk of the checkpoint asked for; a requester assembling one we no longer hold
+        // gets the first chunk of ours (newer), and starts again.
+        let wanted = message.header.checkpoint_op;
+        let offset = if wanted == record.op { message.header.request } else { 0 };
+        if offset >= snapshot.len() as u64 {
+            return;
+        }
+        let end = snapshot.len().min(offset as usize + self.config.checkpoint_chunk_bytes as usize);
         let mut header = self.header(Command::Checkpoint);
         header.op = record.op;
         header.parent = record.checksum;
-        let reply = Message::new(header, snapshot.to_vec());
+        header.session = snapshot.len() as u64;
+        header.context = record.checksum64 as u128;
+        header.request = offset;
+        let reply = Message::new(header, snapshot[offset as usize..end].to_vec());
         self.send(io, message.header.replica, &reply);
     }
 
-    /// State transfer: adopt a peer's checkpoint when our commits cannot otherwise catch up.
+    /// State transfer: one chunk of a peer's checkpoint, taken when our commits cannot otherwise
+    /// catch up; once whole, the checkpoint is adopted.
     pub(super) fn on_checkpoint(&mut self, io: &mut impl Io, message: Message) {
         let header = message.header;
         if !self.repair_allowed() || header.op <= self.commit_min {
             return;
         }
-        if message.body.len() as u64 > self.config.snapshot_size_max {
-            return;
-        }
         if header.op > self.commit_max {
-            // Not known committed to us: a checkpoint is always of committed state, but wait for
-            // the commit to be announced rather than trust it.
+            // Not known committed to us: a checkpoint is always of committed state, but we wait
+            // for the commit to be announced rather than trust it (another peer's older
+            // checkpoint may be of use now).
             return;
         }
-        let Some(snapshot) = super::durability::Snapshot::<S>::decode(&message.body) else { return };
-        if snapshot.op != header.op
-            || snapshot.checksum != header.parent
+        let size = header.session;
+        let chunk = message.body.len() as u64;
+        if size > self.config.snapshot_size_max
+            || chunk == 0
+            || chunk > self.config.checkpoint_chunk_bytes
+            || header.request.checked_add(chunk).is_none_or(|end| end > size)
+        {
+            return;
+        }
+        let same = self.transfer.as_ref().is_some_and(|transfer| {
+            transfer.op == header.op
+                && transfer.checksum == header.parent
+                && transfer.size == size
+                && transfer.checksum64 as u128 == header.context
+        });
+        if !same {
+            // The first chunk of a newer checkpoint than the one being assembled (if any) starts
+            // the assembly again; anything else is a chunk we did not ask for.
+            let newer = self.transfer.as_ref().is_none_or(|transfer| header.op > transfer.op);
+            if header.request != 0 || !newer || header.context > u64::MAX as u128 {
+                return;
+            }
+            self.transfer = Some(Transfer {
+                op: header.op,
+                checksum: header.parent,
+                size,
+                checksum64: header.context as u64,
+                from: header.replica,
+                bytes: Vec::new(),
+                stalled_rounds: 0,
+                chunks: 0,
+            });
+        }
+        let transfer = self.transfer.as_mut().expect("assembling");
+        if header.request != transfer.bytes.len() as u64 {
+            // A chunk out of order (a duplicate, or an answer to an older request).
+            return;
+        }
+        transfer.bytes.extend_from_slice(&message.body);
+        transfer.from = header.replica;
+        transfer.stalled_rounds = 0;
+        transfer.chunks += 1;
+        assert!(transfer.bytes.len() as u64 <= transfer.size);
+        if (transfer.bytes.len() as u64) < transfer.size {
+            let next = self.request_checkpoint_message();
+            self.send(io, header.replica, &next);
+            return;
+        }
+        let transfer = self.transfer.take().expect("assembling");
+        if checksum64(&transfer.bytes) != transfer.checksum64 {
+            return;
+        }
+        self.install_checkpoint(io, transfer.op, transfer.checksum, transfer.bytes, transfer.chunks);
+    }
+
+    /// Adopts a whole checkpoint of committed state from a peer.
+    fn install_checkpoint(&mut self, io: &mut impl Io, op: u64, checksum: u128, bytes: Vec<u8>, chunks: u32) {
+        let Some(snapshot) = super::durability::Snapshot::<S>::decode(&bytes) else { return };
+        if snapshot.op != op
+            || snapshot.checksum != checksum
             || snapshot.client_table.clients_max() != self.config.clients_max
         {
             return;
         }
-        let op = snapshot.op;
         self.state_machine = snapshot.state_machine;
         self.client_table = snapshot.client_table;
         self.commit_min = op;
-        self.commit_min_checksum = header.parent;
+        self.commit_min_checksum = checksum;
         if self.op <= op {
             self.op = op;
-            self.op_checksum = header.parent;
+            self.op_checksum = checksum;
         }
         self.journal.retain(op, self.op);
         self.durable_chain_op = 0;
         self.timestamp_last = self.timestamp_last.max(snapshot.timestamp);
         self.commit_stall_ticks = 0;
-        self.event(ReplicaEvent::StateTransferred { op });
-        self.checkpoint_write(io, op, header.parent, message.body);
+        self.event(ReplicaEvent::StateTransferred { op, chunks });
+        self.checkpoint_write(io, op, checksum, bytes);
         self.repair(io);
         self.commit_journal(io);
     }

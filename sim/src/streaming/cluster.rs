@@ -134,6 +134,9 @@ pub struct StreamingCounters {
     pub sessions_ended: u64,
     /// Nodes restarted because a replica's write or sync failed.
     pub fail_stops: u64,
+    /// Replicas that took a peer's checkpoint (state transfer), and the chunks it took them.
+    pub state_transfers: u64,
+    pub checkpoint_chunks: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -284,6 +287,7 @@ impl StreamingCluster {
         metadata.batch_requests_max = 8;
         metadata.request_queue_max = 16;
         metadata.snapshot_size_max = SNAPSHOT_SIZE_MAX;
+        metadata.checkpoint_chunk_bytes = scenario.core.checkpoint_chunk_bytes;
         metadata.bug = bug;
         let partition = metadata.clone();
         let layout = WalLayout::new(metadata.journal_slots, metadata.prepare_size_max);
@@ -519,6 +523,16 @@ impl StreamingCluster {
                 ReplicaEvent::StatusChanged { status, view } => {
                     self.hash(&[2, index as u64, namespace.0, view as u64, status as u64]);
                     self.log(|| format!("n{index}/s{shard} {} status={status:?} view={view}", group_name(namespace)));
+                }
+                ReplicaEvent::StateTransferred { op, chunks } => {
+                    self.counters.state_transfers += 1;
+                    self.counters.checkpoint_chunks += chunks as u64;
+                    self.log(|| {
+                        format!(
+                            "n{index}/s{shard} {} state transfer to op={op} in {chunks} chunks",
+                            group_name(namespace)
+                        )
+                    });
                 }
                 ReplicaEvent::Failed { what, error } => {
                     // A write or sync failed: the node's process exits and starts again,
