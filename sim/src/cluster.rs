@@ -71,6 +71,12 @@ struct Node {
     incarnation: u64,
     restart_at_tick: Option<u64>,
     crashes: u64,
+    /// The (op, checksum) of every prepare_ok the live replica sent: each a promise that the
+    /// prepare survives a crash (until the journal gives it up: replaced, or checkpointed over).
+    acked: Vec<(u64, u128)>,
+    /// What the replica had acknowledged and still held when it crashed: its recovery must find
+    /// every one of them again (by body or header), or a checkpoint covering it.
+    promised: Vec<(u64, u128)>,
 }
 
 impl SimEvent for Event {
@@ -98,6 +104,7 @@ macro_rules! sim_io {
             rates: &$cluster.scenario.faults,
             queue: &mut $cluster.queue,
             disk_faults: $cluster.faults,
+            acks: Some(&mut $node.acked),
         }
     };
 }
@@ -156,6 +163,8 @@ impl Cluster {
                     incarnation: 0,
                     restart_at_tick: None,
                     crashes: 0,
+                    acked: Vec::new(),
+                    promised: Vec::new(),
                 }
             })
             .collect();
@@ -328,6 +337,25 @@ impl Cluster {
                 ReplicaEvent::StatusChanged { status, view } => {
                     self.hash(&[2, index as u64, *view as u64, *status as u64]);
                 }
+                ReplicaEvent::Opened { .. } => {
+                    let checkpoint_op = replica.superblock_durable().checkpoint_op;
+                    let forgotten = node
+                        .promised
+                        .iter()
+                        .find(|&&(op, checksum)| op > checkpoint_op && !replica.holds_prepare(op, checksum));
+                    if let Some((op, checksum)) = forgotten {
+                        return Err(format!(
+                            "r{index} acknowledged op {op} (prepare {checksum:x}) and lost it in a crash: \
+                             recovery found neither its body nor its header"
+                        ));
+                    }
+                    node.promised.clear();
+                }
+                ReplicaEvent::CheckpointDurable { op } => {
+                    // What a durable checkpoint covers needs no prepare any more.
+                    let op = *op;
+                    node.acked.retain(|&(acked, _)| acked > op);
+                }
                 ReplicaEvent::Failed { .. } => {
                     // The replica stopped on a failed write or sync: its process exits and is
                     // started again, recovering from what is durable.
@@ -387,7 +415,12 @@ impl Cluster {
         if node.replica.is_none() {
             return;
         }
-        node.replica = None;
+        let replica = node.replica.take().expect("checked");
+        let mut acked = std::mem::take(&mut node.acked);
+        acked.sort_unstable();
+        acked.dedup();
+        acked.retain(|&(op, checksum)| replica.holds_prepare(op, checksum));
+        node.promised = acked;
         node.mirror = None;
         node.incarnation += 1;
         node.crashes += 1;

@@ -31,6 +31,9 @@ pub struct SimIo<'a, E: SimEvent> {
     pub queue: &'a mut EventQueue<E>,
     /// Disk faults (slow I/O) are injected.
     pub disk_faults: bool,
+    /// Where the (op, checksum) of every prepare_ok the node sends is recorded, for the checker
+    /// of what a replica promised to keep (`None`: not recorded).
+    pub acks: Option<&'a mut Vec<(u64, u128)>>,
 }
 
 impl<E: SimEvent> SimIo<'_, E> {
@@ -54,6 +57,13 @@ impl<E: SimEvent> Io for SimIo<'_, E> {
     }
 
     fn send(&mut self, to: Peer, message: Vec<u8>) {
+        if let Some(acks) = self.acks.as_mut() {
+            if let Ok(header) = vireo_protocol::Header::decode(&message) {
+                if header.command == vireo_protocol::header::Command::PrepareOk {
+                    acks.push((header.op, header.parent));
+                }
+            }
+        }
         let from = Peer::Replica(self.node);
         for delay in self.network.route(from, to, self.rng, self.rates) {
             self.queue.push(self.now + delay, E::deliver(to, from, message.clone()));

@@ -314,6 +314,12 @@ impl<S: StateMachine> Replica<S> {
         self.journal.get_exact(op, checksum).and_then(|entry| entry.body.as_deref())
     }
 
+    /// Whether the journal knows the prepare (op, checksum), by its body or by its header alone
+    /// (for checkers of what a replica acknowledged).
+    pub fn holds_prepare(&self, op: u64, checksum: u128) -> bool {
+        self.journal.get_exact(op, checksum).is_some()
+    }
+
     /// The prepares this replica holds past its last executed op, in op order, as far as their
     /// bodies are here: not committed as far as it knows. For a planted bug that serves them.
     pub fn prepares_past_commit(&self) -> impl Iterator<Item = (&Header, &[u8])> {

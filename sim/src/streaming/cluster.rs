@@ -251,6 +251,7 @@ macro_rules! shard_io {
                 rates: if $cluster.faults { &$cluster.scenario.core.faults } else { &$cluster.quiet },
                 queue: &mut $cluster.queue,
                 disk_faults: $cluster.faults,
+                acks: None,
             },
             shard: $shard,
             channel_depth: &mut $sim_node.channel_depth,
