@@ -335,7 +335,18 @@ impl Cluster {
                     self.checker.on_commit(index, *op, *checksum, *digest, body.as_deref())?;
                 }
                 ReplicaEvent::StatusChanged { status, view } => {
+                    let primary = replica.is_primary();
                     self.hash(&[2, index as u64, *view as u64, *status as u64]);
+                    if *status == Status::Normal && primary && self.faults {
+                        // A view started while replicas are cut off: now and then the partition
+                        // ends soon, and its end takes this primary down (see
+                        // `maybe_crash_primary_on_heal`), before the ones that were cut off have
+                        // learned its log.
+                        if self.rng.chance(self.scenario.faults.crash_primary_on_heal_ppm) {
+                            let soon = self.tick + self.rng.range(1, 20);
+                            self.network.end_partition_at(soon);
+                        }
+                    }
                 }
                 ReplicaEvent::Opened { .. } => {
                     let checkpoint_op = replica.superblock_durable().checkpoint_op;
@@ -469,6 +480,47 @@ impl Cluster {
         }
     }
 
+    /// A partition just ended: now and then the primary crashes with it, so that the replicas
+    /// that were cut off, and whatever logs they kept, take part in the view change at once.
+    fn maybe_crash_primary_on_heal(&mut self) {
+        if !self.faults || self.liveness_started_tick.is_some() {
+            return;
+        }
+        if !self.rng.chance(self.scenario.faults.crash_primary_on_heal_ppm) {
+            return;
+        }
+        let down = self.nodes.iter().filter(|node| node.replica.is_none()).count();
+        if down >= self.max_down {
+            return;
+        }
+        if let Some(primary) = self.newest_primary() {
+            self.crash_until_restart(primary);
+        }
+    }
+
+    /// The replica that is primary of the highest view any replica is in, if it is up.
+    fn newest_primary(&self) -> Option<u8> {
+        (0..self.scenario.replica_count)
+            .filter(|&index| self.nodes[index as usize].replica.as_ref().is_some_and(|replica| replica.is_primary()))
+            .max_by_key(|&index| self.nodes[index as usize].replica.as_ref().map(|replica| replica.view()))
+    }
+
+    /// Now and then the primary alone is cut off (a partition of its own, as long as the
+    /// scenario's others): it goes on preparing what nobody else gets, while the others change
+    /// the view without it.
+    fn maybe_isolate_primary(&mut self) {
+        if !self.faults || self.liveness_started_tick.is_some() {
+            return;
+        }
+        if !self.rng.chance(self.scenario.faults.partition_ppm) {
+            return;
+        }
+        if let Some(primary) = self.newest_primary() {
+            let until = self.tick + self.rng.range(1, self.scenario.faults.partition_ticks_max.max(2));
+            self.network.isolate(primary, self.tick, until);
+        }
+    }
+
     /// Crashes a replica and schedules its restart.
     fn crash_until_restart(&mut self, index: u8) {
         self.crash(index);
@@ -573,6 +625,10 @@ impl Cluster {
         self.tick += 1;
         let rates = if self.faults { &self.scenario.faults } else { &self.quiet };
         self.network.tick(self.tick, &mut self.rng, rates);
+        if self.network.partition_healed_tick == self.tick {
+            self.maybe_crash_primary_on_heal();
+        }
+        self.maybe_isolate_primary();
         for index in 0..self.scenario.replica_count {
             let node = &self.nodes[index as usize];
             match node.replica {

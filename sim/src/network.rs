@@ -12,6 +12,8 @@ pub struct Network {
     /// `blocked[from][to]`: replica-to-replica paths cut by the current partition.
     blocked: Vec<Vec<bool>>,
     partition_until_tick: u64,
+    /// The tick at which the last partition ended of itself (0: none yet).
+    pub partition_healed_tick: u64,
     /// (from, to, until_tick): paths whose messages are delayed.
     clogged: Vec<(u8, u8, u64)>,
     pub faults_enabled: bool,
@@ -24,6 +26,7 @@ impl Network {
             replica_count,
             blocked: vec![vec![false; replica_count]; replica_count],
             partition_until_tick: 0,
+            partition_healed_tick: 0,
             clogged: Vec::new(),
             faults_enabled: true,
             partitions: 0,
@@ -89,7 +92,30 @@ impl Network {
         }
     }
 
+    /// Ends the partition in force (if any) at `tick` instead of when it was due.
+    pub fn end_partition_at(&mut self, tick: u64) {
+        if self.partition_until_tick > tick {
+            self.partition_until_tick = tick;
+        }
+    }
+
+    /// Cuts one replica off from every other until `until_tick` (unless a partition is on).
+    pub fn isolate(&mut self, isolated: u8, tick: u64, until_tick: u64) {
+        if !self.faults_enabled || self.partition_until_tick != 0 || until_tick <= tick {
+            return;
+        }
+        self.partitions += 1;
+        for other in 0..self.replica_count {
+            if other != isolated as usize {
+                self.blocked[isolated as usize][other] = true;
+                self.blocked[other][isolated as usize] = true;
+            }
+        }
+        self.partition_until_tick = until_tick;
+    }
+
     fn heal_partition(&mut self) {
+        self.partition_healed_tick = self.partition_until_tick;
         for row in &mut self.blocked {
             row.iter_mut().for_each(|cut| *cut = false);
         }

@@ -120,6 +120,9 @@ pub struct FaultRates {
     /// When a replica crashes, another one crashes with it (a shared power feed): a primary and
     /// a backup down at once is when a view change must rebuild the log from what is durable.
     pub crash_pair_ppm: u32,
+    /// When a partition ends, the primary crashes: the view change that follows meets the
+    /// replicas that were cut off, with whatever stale logs they kept (from the seed).
+    pub crash_primary_on_heal_ppm: u32,
     pub restart_ticks_min: u64,
     pub restart_ticks_max: u64,
     /// Replicas whose disks take faults: at most quorum_replication - 1 of them.
@@ -143,6 +146,7 @@ const CRASH_IN_WRITE_SALT: u64 = 0x6372_6173_6877_7269;
 const PARTITION_ROT_SALT: u64 = 0x7061_7274_726f_7421;
 const CRASH_PAIR_SALT: u64 = 0x7061_6972_6564_2121;
 const CHUNK_SALT: u64 = 0x6368_756e_6b73_2121;
+const HEAL_CRASH_SALT: u64 = 0x6865_616c_6372_6173;
 
 /// Bytes of a checkpoint one state-transfer message carries, per seed: small in most runs, so
 /// that a replica that falls behind assembles its checkpoint from many chunks.
@@ -163,6 +167,7 @@ impl FaultRates {
             crash_ppm: 0,
             crash_in_write_ppm: 0,
             crash_pair_ppm: 0,
+            crash_primary_on_heal_ppm: 0,
             restart_ticks_min: 0,
             restart_ticks_max: 0,
             faulty_disks: 0,
@@ -241,6 +246,9 @@ impl Scenario {
                     crash_pair_ppm: (vireo_storage::checksum::checksum64(&(seed ^ CRASH_PAIR_SALT).to_le_bytes())
                         % 150_000) as u32
                         * scale,
+                    crash_primary_on_heal_ppm: (vireo_storage::checksum::checksum64(
+                        &(seed ^ HEAL_CRASH_SALT).to_le_bytes(),
+                    ) % 1_000_000) as u32,
                     restart_ticks_min: 10,
                     restart_ticks_max: rng.range(50, 600),
                     // Heavy faults always damage a disk where the cluster can repair one.
