@@ -19,7 +19,7 @@ use crate::metadata::{
     hash_password, Identifier, Metadata, MetadataCommand, MetadataLimits, MetadataResult, PasswordCost, TopicOptions,
     TopicUpdate, UserStatus,
 };
-use crate::shard::MetadataPlane;
+use crate::shard::{MetadataPlane, PartitionGroup};
 use crate::wire_view;
 
 /// The root user's password at first boot (Iggy's default; change it after the first login).
@@ -417,12 +417,16 @@ impl StateMachine for MetadataMachine {
 }
 
 impl MetadataPlane for MetadataMachine {
-    fn partitions(&self) -> BTreeMap<Namespace, u64> {
+    fn partitions(&self) -> BTreeMap<Namespace, PartitionGroup> {
         let mut namespaces = BTreeMap::new();
         for stream in self.metadata.streams() {
             for topic in stream.topics.values() {
                 for partition in &topic.partitions {
-                    namespaces.insert(Namespace::partition(stream.id, topic.id, partition.id), partition.created_at);
+                    let group = PartitionGroup {
+                        incarnation: partition.created_at,
+                        enforce_fsync: topic.options.enforce_fsync,
+                    };
+                    namespaces.insert(Namespace::partition(stream.id, topic.id, partition.id), group);
                 }
             }
         }

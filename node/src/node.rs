@@ -775,7 +775,7 @@ impl Node {
 
     /// The incarnation of a partition's group in the committed metadata this shard reads.
     fn incarnation_of(&self, group: Namespace) -> u64 {
-        self.view.as_ref().and_then(|view| view.partitions.get(&group).copied()).unwrap_or(0)
+        self.view.as_ref().and_then(|view| view.partitions.get(&group)).map_or(0, |group| group.incarnation)
     }
 
     /// A poll without auto-commit, to the shard that hosts its group on this node.

@@ -23,7 +23,7 @@ pub struct MetadataView {
     pub op: u64,
     pub metadata: Arc<Metadata>,
     /// Every partition, with its incarnation (when it was created).
-    pub partitions: Arc<BTreeMap<Namespace, u64>>,
+    pub partitions: Arc<BTreeMap<Namespace, crate::shard::PartitionGroup>>,
 }
 
 /// What crosses from one shard of a node to another.

@@ -31,10 +31,19 @@ const JANITOR_REMOVE: u64 = 2;
 /// Replica events a shard buffers for its driver; past it the oldest go (drivers poll often).
 pub const EVENTS_MAX: usize = 16_384;
 
+/// What the committed metadata says of one partition's group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionGroup {
+    /// A number no earlier partition of that namespace had.
+    pub incarnation: u64,
+    /// Its topic's durability mode (`Config::sync_writes`).
+    pub enforce_fsync: bool,
+}
+
 /// What a metadata state machine must tell the shards: which partitions exist, each with its
-/// incarnation (a number no earlier partition of that namespace had).
+/// incarnation and durability mode.
 pub trait MetadataPlane: StateMachine {
-    fn partitions(&self) -> BTreeMap<Namespace, u64>;
+    fn partitions(&self) -> BTreeMap<Namespace, PartitionGroup>;
 }
 
 /// Deleted groups whose files a shard removes at once; past it a deleted group's files stay
@@ -111,7 +120,7 @@ pub struct Shard<M: MetadataPlane> {
     janitors: BTreeMap<u16, Janitor>,
     closing: BTreeMap<u16, Closing>,
     /// The partitions last published, to open what a janitor held back once it is done.
-    published: BTreeMap<Namespace, u64>,
+    published: BTreeMap<Namespace, PartitionGroup>,
     events: VecDeque<ShardEvent>,
     pub counters: ShardCounters,
 }
@@ -240,13 +249,13 @@ impl<M: MetadataPlane> Shard<M> {
     /// Opens the group of every published partition this shard owns and does not host yet, and
     /// closes (and removes the files of) the groups of partitions the metadata no longer holds,
     /// or holds in a newer incarnation.
-    pub fn sync_partitions(&mut self, io: &mut impl Io, published: &BTreeMap<Namespace, u64>) {
+    pub fn sync_partitions(&mut self, io: &mut impl Io, published: &BTreeMap<Namespace, PartitionGroup>) {
         let (shard, shards) = (self.config.shard, self.config.shards);
         self.published = published.clone();
         let gone: Vec<Namespace> = self
             .partitions
             .iter()
-            .filter(|(namespace, group)| published.get(namespace) != Some(&group.incarnation))
+            .filter(|(namespace, group)| published.get(namespace).map(|p| p.incarnation) != Some(group.incarnation))
             .map(|(namespace, _)| *namespace)
             .collect();
         for namespace in gone {
@@ -261,11 +270,15 @@ impl<M: MetadataPlane> Shard<M> {
                 self.closing.insert(group.slot, Closing { namespace, in_flight: group.in_flight });
             }
         }
-        for (&namespace, &incarnation) in
+        for (&namespace, &PartitionGroup { incarnation, enforce_fsync }) in
             published.iter().filter(|(namespace, _)| shard_of(**namespace, shards) == shard)
         {
-            if self.partitions.contains_key(&namespace)
-                || self.janitors.values().any(|janitor| janitor.namespace == namespace)
+            if let Some(group) = self.partitions.get_mut(&namespace) {
+                // update_topic may change the mode of a group that runs.
+                group.replica.set_sync_writes(enforce_fsync);
+                continue;
+            }
+            if self.janitors.values().any(|janitor| janitor.namespace == namespace)
                 || self.closing.values().any(|closing| closing.namespace == namespace)
             {
                 continue;
@@ -280,6 +293,7 @@ impl<M: MetadataPlane> Shard<M> {
             let incarnation_named = if config.bug == Some(Bug::DeletedGroupsKeepTheirFiles) { 0 } else { incarnation };
             config.cluster = group_cluster(self.config.partition.cluster, namespace, incarnation_named);
             config.primary_offset = primary_offset(namespace, config.replica_count);
+            config.sync_writes = enforce_fsync;
             let mut in_flight = 0;
             let replica = Replica::open(config, self.config.node, &mut GroupIo::new(io, slot, &mut in_flight));
             self.slots.insert(slot, namespace);

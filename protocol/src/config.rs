@@ -29,10 +29,13 @@ pub enum Bug {
     /// A node answers a poll without auto-commit from its replica's log as if every prepare it
     /// holds were committed: a primary serves messages a view change may still discard.
     PollPastCommit,
+    /// A replica of a group whose durability is enforced acknowledges prepares once written,
+    /// before they are synced (it skips the WAL's fdatasyncs).
+    AckBeforeSync,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 10] = [
+    pub const ALL: [Bug; 11] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -43,6 +46,7 @@ impl Bug {
         Bug::ViewChangeTakesLongestLog,
         Bug::RestartDropsDamagedPrepares,
         Bug::PollPastCommit,
+        Bug::AckBeforeSync,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.
@@ -98,6 +102,11 @@ pub struct Config {
     pub view_change_status_timeout_ticks: u64,
     pub repair_timeout_ticks: u64,
     pub request_start_view_timeout_ticks: u64,
+    /// The group's durability mode (a topic's `enforce_fsync`): `true`, a prepare is acknowledged
+    /// once synced (group commit: one fdatasync covers every prepare of the batch); `false`, once
+    /// its writes have completed, so it survives the process being killed (the bytes are in the
+    /// kernel) but not a power loss. The superblock and checkpoints are synced either way.
+    pub sync_writes: bool,
     pub bug: Option<Bug>,
 }
 
@@ -126,6 +135,7 @@ impl Config {
             view_change_status_timeout_ticks: 200,
             repair_timeout_ticks: 10,
             request_start_view_timeout_ticks: 30,
+            sync_writes: true,
             bug: None,
         }
     }

@@ -146,6 +146,7 @@ impl Cluster {
         config.request_queue_max = 16;
         config.snapshot_size_max = SNAPSHOT_SIZE_MAX;
         config.checkpoint_chunk_bytes = scenario.checkpoint_chunk_bytes;
+        config.sync_writes = scenario.enforce_fsync;
         config.bug = bug;
         let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
         let mut rng = rng;
@@ -410,8 +411,9 @@ impl Cluster {
         self.open_mirror(index);
     }
 
-    /// Power loss on one replica: its process state is gone, its disk keeps what was synced. It
-    /// stays down until `restart` (the fault driver schedules one; scripts call it).
+    /// A crash of one replica: with durability enforced a power loss (its disk keeps what was
+    /// synced), else its process killed (its disk keeps every completed write). It stays down
+    /// until `restart` (the fault driver schedules one; scripts call it).
     pub fn crash(&mut self, index: u8) {
         self.crash_with(index, false);
     }
@@ -435,7 +437,11 @@ impl Cluster {
         node.mirror = None;
         node.incarnation += 1;
         node.crashes += 1;
-        node.disk.crash(&mut self.rng, tear_all);
+        if self.scenario.enforce_fsync || tear_all {
+            node.disk.crash(&mut self.rng, tear_all);
+        } else {
+            node.disk.crash_process(&mut self.rng);
+        }
         self.hash(&[3, index as u64]);
         self.log(|| format!("r{index} crashed"));
     }

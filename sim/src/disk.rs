@@ -388,6 +388,26 @@ impl SimDisk {
         }
     }
 
+    /// The process is killed (the machine stays up): every completed write is in the kernel and
+    /// stays there (still unsynced: a later power loss may take it); a write still in flight
+    /// lands whole, torn or not at all.
+    pub fn crash_process(&mut self, rng: &mut SimRng) {
+        let in_flight = std::mem::take(&mut self.in_flight);
+        for (_, file, offset, bytes) in in_flight {
+            let kept = match rng.below(3) {
+                0 => continue,
+                1 => bytes.len(),
+                _ => {
+                    let unit = if consensus_file(&file) { TEAR_UNIT } else { PARTITION_TEAR_UNIT };
+                    (rng.below(bytes.len().div_ceil(unit).max(1) as u64) as usize * unit).min(bytes.len())
+                }
+            };
+            self.completed_writes += 1;
+            let completed = self.completed_writes;
+            self.files.entry(file).or_default().unsynced.push((offset, bytes[..kept].to_vec(), completed));
+        }
+    }
+
     /// Power loss: what was not synced is lost, torn or persisted, independently per write (or,
     /// with `tear_all`, every unsynced write torn: the scripted worst case). A file never synced
     /// may lose its directory entry too.

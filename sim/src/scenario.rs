@@ -147,6 +147,7 @@ const PARTITION_ROT_SALT: u64 = 0x7061_7274_726f_7421;
 const CRASH_PAIR_SALT: u64 = 0x7061_6972_6564_2121;
 const CHUNK_SALT: u64 = 0x6368_756e_6b73_2121;
 const HEAL_CRASH_SALT: u64 = 0x6865_616c_6372_6173;
+const DURABILITY_SALT: u64 = 0x6673_796e_6321_2121;
 
 /// Bytes of a checkpoint one state-transfer message carries, per seed: small in most runs, so
 /// that a replica that falls behind assembles its checkpoint from many chunks.
@@ -197,6 +198,10 @@ pub struct Scenario {
     pub faults: FaultRates,
     /// `Config::checkpoint_chunk_bytes` (from the seed, not the RNG).
     pub checkpoint_chunk_bytes: u64,
+    /// The durability mode (`Config::sync_writes`, a topic's `enforce_fsync`): enforced, crashes
+    /// are power losses (unsynced writes may go); not enforced (a third of the seeds), crashes
+    /// kill the process and what completed stays, which is all that mode promises.
+    pub enforce_fsync: bool,
 }
 
 impl Scenario {
@@ -283,6 +288,8 @@ impl Scenario {
             faults,
             checkpoint_chunk_bytes: CHECKPOINT_CHUNK_BYTES
                 [(vireo_storage::checksum::checksum64(&(seed ^ CHUNK_SALT).to_le_bytes()) % 4) as usize],
+            enforce_fsync: !vireo_storage::checksum::checksum64(&(seed ^ DURABILITY_SALT).to_le_bytes())
+                .is_multiple_of(3),
         }
     }
 }
@@ -295,7 +302,7 @@ impl fmt::Display for Scenario {
             "seed={} replicas={} clients={} requests_per_client={} journal_slots={} prepare_queue_max={} \
              clients_max={} safety_ticks={} faults={} loss_ppm={} duplicate_ppm={} delay_max_us={} \
              partition_ppm={} clog_ppm={} crash_ppm={} faulty_disks={} write_corruption_ppm={} \
-             misdirect_ppm={} latent_ppm={} read_corruption_ppm={}",
+             misdirect_ppm={} latent_ppm={} read_corruption_ppm={} enforce_fsync={}",
             self.seed,
             self.replica_count,
             self.client_count,
@@ -316,6 +323,7 @@ impl fmt::Display for Scenario {
             faults.misdirected_write_ppm,
             faults.latent_sector_ppm,
             faults.read_corruption_ppm,
+            self.enforce_fsync,
         )
     }
 }

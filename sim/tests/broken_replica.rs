@@ -3,7 +3,7 @@
 //! that should fire.
 
 use vireo_protocol::config::Bug;
-use vireo_sim::run::{install_panic_hook, run_seed};
+use vireo_sim::run::{describe, install_panic_hook, run_seed};
 use vireo_sim::scenario::{FaultLevel, Overrides};
 
 fn hook() {
@@ -43,6 +43,31 @@ fn seeds_catching(bug: Bug, seeds: u64, caught_as: impl Fn(&str) -> bool) -> usi
             matches!(report.exit_code, 127 | 129) && caught_as(&report.message)
         })
         .count()
+}
+
+/// The two durability modes, each held to its promise: without `enforce_fsync` a crash kills
+/// the process (completed writes stay), and a replica that acknowledges a prepare before its
+/// write completes is caught; with it a crash is a power loss, and a replica that acknowledges
+/// before the sync is caught.
+#[test]
+fn each_durability_mode_is_held_to_its_promise() {
+    hook();
+    let mode = |seed: u64| describe(seed, &Overrides::default()).contains("enforce_fsync=true");
+    let caught = |bug: Bug, enforced: bool| {
+        (0..200)
+            .filter(|&seed| mode(seed) == enforced)
+            .filter(|&seed| {
+                let report = run_seed(seed, &Overrides::default(), Some(bug));
+                report.exit_code == 129 && report.message.contains("lost it in a crash")
+            })
+            .count()
+    };
+    let unwritten = caught(Bug::AckBeforeDurable, false);
+    assert!(unwritten >= 5, "ack before the write completes, process crashes: caught by {unwritten} seeds");
+    let unsynced = caught(Bug::AckBeforeSync, true);
+    assert!(unsynced >= 10, "ack before the sync, power loss: caught by {unsynced} seeds");
+    // Skipping the syncs is exactly what the mode without enforce_fsync does: never caught there.
+    assert_eq!(caught(Bug::AckBeforeSync, false), 0, "a mode is held to its own promise only");
 }
 
 /// Planted bugs in durability ordering, in the view change's choice of log and in restart's

@@ -18,6 +18,8 @@ fn quiet_cluster(requests: u64) -> Cluster {
     scenario.journal_slots = 64;
     scenario.prepare_queue_max = 4;
     scenario.clients_max = 4;
+    // The stories show the enforced mode: each WAL batch synced before it is acknowledged.
+    scenario.enforce_fsync = true;
     let mut cluster = Cluster::new(scenario, rng, None);
     cluster.enable_trace();
     cluster

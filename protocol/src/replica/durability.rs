@@ -2,7 +2,9 @@
 //! - the WAL: group commit. Every prepare that arrives while a batch is being written waits for
 //!   the next batch, and one batch costs two syncs however many prepares it holds (an fsync costs
 //!   about 4 ms on our machines). Order per batch: prepares, sync, redundant headers, sync; only
-//!   then are its prepares durable and acknowledged (see `vireo_storage::layout`);
+//!   then are its prepares durable and acknowledged (see `vireo_storage::layout`). A group whose
+//!   durability is not enforced (`Config::sync_writes` false) skips the two syncs: a batch is
+//!   acknowledged once its writes completed, which survives the process but not the machine;
 //! - the superblock: both copies in turn, each synced (see `vireo_storage::superblock`); a request
 //!   made while a write is in flight is coalesced into one more write of the then-current state;
 //! - checkpoints: a snapshot of the executed state into the free region of `snapshot.bin`, synced,
@@ -18,6 +20,7 @@ use vireo_storage::superblock::{Superblock, VsrState};
 
 use super::{Replica, ReplicaEvent, Status};
 use crate::client_table::ClientTable;
+use crate::config::Bug;
 use crate::journal::prepare_bytes;
 use crate::state_machine::StateMachine;
 
@@ -296,10 +299,18 @@ impl<S: StateMachine> Replica<S> {
                 assert!(matches!(self.wal.stage, WalStage::Prepares | WalStage::Headers));
                 self.wal.outstanding -= 1;
                 if self.wal.outstanding == 0 {
-                    self.wal.stage = match self.wal.stage {
-                        WalStage::Prepares => WalStage::PreparesSync,
-                        _ => WalStage::HeadersSync,
-                    };
+                    let prepares = self.wal.stage == WalStage::Prepares;
+                    if !self.config.sync_writes || self.config.bug == Some(Bug::AckBeforeSync) {
+                        // Durability is not enforced: completed writes are what is promised (they
+                        // survive the process, in the kernel), in the same order.
+                        if prepares {
+                            self.wal_write_headers(io);
+                        } else {
+                            self.wal_batch_durable(io);
+                        }
+                        return;
+                    }
+                    self.wal.stage = if prepares { WalStage::PreparesSync } else { WalStage::HeadersSync };
                     io.sync(wal_file(self.config.namespace), token(TokenKind::Wal, 0));
                 }
             }

@@ -314,6 +314,12 @@ impl<S: StateMachine> Replica<S> {
         self.journal.get_exact(op, checksum).and_then(|entry| entry.body.as_deref())
     }
 
+    /// Switches the group's durability mode (a topic updated): the WAL batches written from now
+    /// on are acknowledged after their syncs, or once written.
+    pub fn set_sync_writes(&mut self, sync_writes: bool) {
+        self.config.sync_writes = sync_writes;
+    }
+
     /// Whether the journal knows the prepare (op, checksum), by its body or by its header alone
     /// (for checkers of what a replica acknowledged).
     pub fn holds_prepare(&self, op: u64, checksum: u128) -> bool {

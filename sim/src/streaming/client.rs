@@ -283,6 +283,8 @@ pub struct StreamClient {
     next_node: u8,
     /// The administrator's topic starts with this many partitions.
     pub initial_partitions: u32,
+    /// The durability mode the administrator creates and updates topics with.
+    pub enforce_fsync: bool,
     /// Messages in one send: 1 to one less than this.
     pub batch_messages_max: u32,
     /// Values of a send this client just started, for the checker (taken by the cluster).
@@ -325,10 +327,17 @@ impl StreamClient {
             idle_until: 0,
             next_node: first_node,
             initial_partitions: 1,
+            enforce_fsync: true,
             batch_messages_max: 200,
             invoked: None,
             observations: Vec::new(),
         }
+    }
+
+    /// The options of every topic the administrator creates or updates: the run's durability.
+    fn topic_options(&self) -> wire::Options {
+        let pairs = vec![("enforce_fsync".to_string(), wire::OptionValue::Bool(self.enforce_fsync))];
+        wire::Options::new(pairs).expect("one short option")
     }
 
     /// The producer or consumer number the checker knows this client by.
@@ -618,7 +627,7 @@ impl StreamClient {
                         stream: id(STREAM),
                         partitions_count: self.initial_partitions,
                         name: name("events"),
-                        options: wire::Options::empty(),
+                        options: self.topic_options(),
                     },
                     AdminStep::CreateGroup => ClientRequest::CreateConsumerGroup {
                         stream: id(STREAM),
@@ -671,13 +680,13 @@ impl StreamClient {
                         stream: churn(),
                         partitions_count: 2,
                         name: name("churn"),
-                        options: wire::Options::empty(),
+                        options: self.topic_options(),
                     },
                     AdminStep::UpdateChurnTopic => ClientRequest::UpdateTopic {
                         stream: churn(),
                         topic: churn(),
                         name: name("churn"),
-                        options: wire::Options::empty(),
+                        options: self.topic_options(),
                     },
                     AdminStep::PurgeChurnTopic => ClientRequest::PurgeTopic { stream: churn(), topic: churn() },
                     AdminStep::PurgeChurnStream => ClientRequest::PurgeStream { stream: churn() },

@@ -367,6 +367,7 @@ impl StreamingCluster {
             };
             let mut client = StreamClient::new(index, new_client_id(&mut rng), role, identity, budget, first_node);
             client.initial_partitions = scenario.partitions;
+            client.enforce_fsync = scenario.core.enforce_fsync;
             clients.push(client);
         }
         let client_ids = clients.iter().map(|client| client.id).collect();
@@ -590,7 +591,13 @@ impl StreamingCluster {
         node.shards.clear();
         node.incarnation += 1;
         node.crashes += 1;
-        node.disk.crash(&mut self.rng, false);
+        // Topics without enforce_fsync promise only what survives the process: their runs kill
+        // processes; the others lose power.
+        if self.scenario.core.enforce_fsync {
+            node.disk.crash(&mut self.rng, false);
+        } else {
+            node.disk.crash_process(&mut self.rng);
+        }
         self.hash(&[3, index as u64]);
         self.log(|| format!("n{index} crashed"));
         // Every connection to the node breaks with it.
@@ -1079,7 +1086,7 @@ impl StreamingCluster {
                 }
             }
         }
-        let expected: BTreeMap<Namespace, u64> = self.nodes[0].shards[0]
+        let expected: BTreeMap<Namespace, vireo_node::shard::PartitionGroup> = self.nodes[0].shards[0]
             .shard()
             .metadata()
             .map(|replica| replica.state_machine().partitions())
