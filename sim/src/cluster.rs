@@ -23,7 +23,7 @@ use crate::partition_mirror::PartitionMirror;
 use crate::register_log::RegisterLog;
 use crate::rng::SimRng;
 use crate::scenario::{FaultRates, Scenario};
-use crate::sim_io::{SimEvent, SimIo};
+use crate::sim_io::{Ack, SimEvent, SimIo};
 
 /// The simulator's cluster id: every replica and message of a run carries it.
 pub const CLUSTER: u128 = 0x0056_4952_454f;
@@ -73,10 +73,10 @@ struct Node {
     crashes: u64,
     /// The (op, checksum) of every prepare_ok the live replica sent: each a promise that the
     /// prepare survives a crash (until the journal gives it up: replaced, or checkpointed over).
-    acked: Vec<(u64, u128)>,
+    acked: Vec<Ack>,
     /// What the replica had acknowledged and still held when it crashed: its recovery must find
     /// every one of them again (by body or header), or a checkpoint covering it.
-    promised: Vec<(u64, u128)>,
+    promised: Vec<Ack>,
 }
 
 impl SimEvent for Event {
@@ -354,8 +354,8 @@ impl Cluster {
                     let forgotten = node
                         .promised
                         .iter()
-                        .find(|&&(op, checksum)| op > checkpoint_op && !replica.holds_prepare(op, checksum));
-                    if let Some((op, checksum)) = forgotten {
+                        .find(|ack| ack.op > checkpoint_op && !replica.holds_prepare(ack.op, ack.checksum));
+                    if let Some(&Ack { op, checksum, .. }) = forgotten {
                         return Err(format!(
                             "r{index} acknowledged op {op} (prepare {checksum:x}) and lost it in a crash: \
                              recovery found neither its body nor its header"
@@ -366,7 +366,7 @@ impl Cluster {
                 ReplicaEvent::CheckpointDurable { op } => {
                     // What a durable checkpoint covers needs no prepare any more.
                     let op = *op;
-                    node.acked.retain(|&(acked, _)| acked > op);
+                    node.acked.retain(|ack| ack.op > op);
                 }
                 ReplicaEvent::Failed { .. } => {
                     // The replica stopped on a failed write or sync: its process exits and is
@@ -432,7 +432,7 @@ impl Cluster {
         let mut acked = std::mem::take(&mut node.acked);
         acked.sort_unstable();
         acked.dedup();
-        acked.retain(|&(op, checksum)| replica.holds_prepare(op, checksum));
+        acked.retain(|ack| replica.holds_prepare(ack.op, ack.checksum));
         node.promised = acked;
         node.mirror = None;
         node.incarnation += 1;

@@ -19,6 +19,16 @@ pub trait SimEvent {
     fn complete(issuer: Self::Issuer, request: DiskRequest, token: Token) -> Self;
 }
 
+/// A prepare_ok a replica sent: the group (its cluster id, which names the incarnation, and its
+/// header's group field) and the prepare (op, checksum).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ack {
+    pub cluster: u128,
+    pub group: u64,
+    pub op: u64,
+    pub checksum: u128,
+}
+
 pub struct SimIo<'a, E: SimEvent> {
     pub now: u64,
     /// The node's index: its address on the network.
@@ -31,9 +41,9 @@ pub struct SimIo<'a, E: SimEvent> {
     pub queue: &'a mut EventQueue<E>,
     /// Disk faults (slow I/O) are injected.
     pub disk_faults: bool,
-    /// Where the (op, checksum) of every prepare_ok the node sends is recorded, for the checker
-    /// of what a replica promised to keep (`None`: not recorded).
-    pub acks: Option<&'a mut Vec<(u64, u128)>>,
+    /// Where every prepare_ok the node sends is recorded, for the checker of what a replica
+    /// promised to keep (`None`: not recorded).
+    pub acks: Option<&'a mut Vec<Ack>>,
 }
 
 impl<E: SimEvent> SimIo<'_, E> {
@@ -60,7 +70,12 @@ impl<E: SimEvent> Io for SimIo<'_, E> {
         if let Some(acks) = self.acks.as_mut() {
             if let Ok(header) = vireo_protocol::Header::decode(&message) {
                 if header.command == vireo_protocol::header::Command::PrepareOk {
-                    acks.push((header.op, header.parent));
+                    acks.push(Ack {
+                        cluster: header.cluster,
+                        group: header.group,
+                        op: header.op,
+                        checksum: header.parent,
+                    });
                 }
             }
         }

@@ -76,6 +76,23 @@ fn state_transfer_assembles_checkpoints_from_many_chunks() {
     assert!(chunks >= 4 * transfers, "most transfers take many chunks: {figures}");
 }
 
+/// Every group a node hosts is held to each prepare_ok its replica sent: a partition or metadata
+/// replica that acknowledges before its sync (with enforce_fsync) loses the prepare to a power
+/// loss, and its recovery is caught not finding it.
+#[test]
+fn a_group_that_acknowledges_before_its_sync_is_caught() {
+    let caught = sweep_with(Bug::AckBeforeSync, 30);
+    println!("ack before sync: caught by {} of 30 seeds", caught.len());
+    assert!(caught.len() >= 3, "caught by {} of 30 seeds", caught.len());
+    // A lost prepare is seen as it is lost, as replicas that committed different prepares, or
+    // (on one node, with no peer to repair from) as a group that can never go on.
+    for (seed, code, message) in &caught {
+        assert!(*code == 128 || *code == 129, "seed {seed}: exit {code}: {message}");
+    }
+    let lost = caught.iter().filter(|(_, _, message)| message.contains("lost it in a crash")).count();
+    assert!(lost >= 1, "the acknowledgement checker itself caught none: {caught:?}");
+}
+
 /// A node that answers polls from prepares it holds past the commit point serves messages a view
 /// change discards: the checker sees an offset that holds one value per a poll and another per
 /// the log that was committed.

@@ -41,7 +41,7 @@ use crate::network::Network;
 use crate::queue::EventQueue;
 use crate::rng::SimRng;
 use crate::scenario::FaultRates;
-use crate::sim_io::{SimEvent, SimIo};
+use crate::sim_io::{Ack, SimEvent, SimIo};
 
 pub const CLUSTER: u128 = 0x0056_4952_454f_5354;
 /// Messages in flight on one inter-shard channel (to one shard of a node).
@@ -113,6 +113,12 @@ struct SimNode {
     restart_at_tick: Option<u64>,
     crashes: u64,
     channel_depth: Vec<usize>,
+    /// Every prepare_ok the node's replicas sent since it last started: each a promise that the
+    /// prepare survives a crash (until its replica gives it up: replaced, or checkpointed over).
+    acked: Vec<Ack>,
+    /// What the replicas had acknowledged and still held when the node crashed: each group's
+    /// recovery must find its own again (by body or header), or a checkpoint covering it.
+    promised: Vec<Ack>,
 }
 
 /// Counters a run reports.
@@ -237,6 +243,40 @@ pub struct StreamingCluster {
     topology: Topology,
 }
 
+/// What `check` says of the replica an ack came from, if the node still hosts that group's
+/// incarnation (the metadata group on shard 0, a partition's on its owning shard).
+fn hosted_replica_holds(
+    shards: &[Node],
+    shard_count: u16,
+    ack: &Ack,
+    check: impl FnOnce(&dyn AckedReplica) -> bool,
+) -> Option<bool> {
+    let namespace = vireo_protocol::header::group_namespace(ack.group)?;
+    let shard = shards.get(vireo_node::routing::shard_of(namespace, shard_count) as usize)?.shard();
+    if namespace.is_metadata() {
+        let replica = shard.metadata()?;
+        (replica.config().cluster == ack.cluster).then(|| check(replica))
+    } else {
+        let replica = shard.partition(namespace)?;
+        (replica.config().cluster == ack.cluster).then(|| check(replica))
+    }
+}
+
+/// The two replica kinds a node hosts, as the acknowledgement checker asks them.
+trait AckedReplica {
+    fn holds_prepare(&self, op: u64, checksum: u128) -> bool;
+    fn checkpoint_op(&self) -> u64;
+}
+
+impl<S: vireo_protocol::StateMachine> AckedReplica for vireo_protocol::Replica<S> {
+    fn holds_prepare(&self, op: u64, checksum: u128) -> bool {
+        vireo_protocol::Replica::holds_prepare(self, op, checksum)
+    }
+    fn checkpoint_op(&self) -> u64 {
+        self.superblock_durable().checkpoint_op
+    }
+}
+
 /// One shard's `ShardIo`, built from disjoint fields of the cluster and of its `SimNode`.
 macro_rules! shard_io {
     ($cluster:ident, $sim_node:ident, $index:expr, $shard:expr) => {
@@ -251,7 +291,7 @@ macro_rules! shard_io {
                 rates: if $cluster.faults { &$cluster.scenario.core.faults } else { &$cluster.quiet },
                 queue: &mut $cluster.queue,
                 disk_faults: $cluster.faults,
-                acks: None,
+                acks: Some(&mut $sim_node.acked),
             },
             shard: $shard,
             channel_depth: &mut $sim_node.channel_depth,
@@ -309,6 +349,8 @@ impl StreamingCluster {
                     restart_at_tick: None,
                     crashes: 0,
                     channel_depth: vec![0; scenario.shards as usize],
+                    acked: Vec::new(),
+                    promised: Vec::new(),
                 }
             })
             .collect();
@@ -501,6 +543,7 @@ impl StreamingCluster {
                 self.trace_node_event(index, shard, &event);
                 continue;
             };
+            self.check_acknowledged(index, namespace, &event)?;
             match event {
                 ReplicaEvent::Committed { op, checksum, digest } => {
                     self.hash(&[1, index as u64, namespace.0, op, digest]);
@@ -583,11 +626,67 @@ impl StreamingCluster {
         Ok(())
     }
 
+    /// The acknowledgement checker's part of a replica event: a group that opened after a crash
+    /// must hold again every prepare it acknowledged before (or a checkpoint over it); a durable
+    /// checkpoint ends the promises it covers.
+    fn check_acknowledged(&mut self, index: u8, namespace: Namespace, event: &ReplicaEvent) -> Result<(), String> {
+        match *event {
+            ReplicaEvent::Opened { .. } => {
+                let node = &mut self.nodes[index as usize];
+                let shards = node.shards.len() as u16;
+                let mut promised = std::mem::take(&mut node.promised);
+                let mut forgotten = None;
+                promised.retain(|ack| {
+                    if vireo_protocol::header::group_namespace(ack.group) != Some(namespace) {
+                        return true;
+                    }
+                    let kept = hosted_replica_holds(&node.shards, shards, ack, |replica| {
+                        ack.op <= replica.checkpoint_op() || replica.holds_prepare(ack.op, ack.checksum)
+                    });
+                    match kept {
+                        Some(true) => false,
+                        Some(false) => {
+                            forgotten.get_or_insert(*ack);
+                            false
+                        }
+                        // Another incarnation of the namespace opened: not its promise.
+                        None => true,
+                    }
+                });
+                node.promised = promised;
+                if let Some(ack) = forgotten {
+                    return Err(format!(
+                        "n{index} group {} acknowledged op {} (prepare {:x}) and lost it in a crash: \
+                         recovery found neither its body nor its header",
+                        group_name(namespace),
+                        ack.op,
+                        ack.checksum
+                    ));
+                }
+            }
+            ReplicaEvent::CheckpointDurable { op } => {
+                let group = vireo_protocol::header::group_of(namespace);
+                self.nodes[index as usize].acked.retain(|ack| ack.group != group || ack.op > op);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     pub fn crash(&mut self, index: u8) {
         if !self.node_up(index) {
             return;
         }
         let node = &mut self.nodes[index as usize];
+        let mut acked = std::mem::take(&mut node.acked);
+        acked.sort_unstable();
+        acked.dedup();
+        let shards = node.shards.len() as u16;
+        acked.retain(|ack| {
+            hosted_replica_holds(&node.shards, shards, ack, |replica| replica.holds_prepare(ack.op, ack.checksum))
+                .unwrap_or(false)
+        });
+        node.promised = acked;
         node.shards.clear();
         node.incarnation += 1;
         node.crashes += 1;
