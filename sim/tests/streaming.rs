@@ -43,13 +43,7 @@ fn three_nodes_two_shards_keep_serving_through_rolling_crashes() {
 
 #[test]
 fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
-    install_panic_hook();
-    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() };
-    let caught = (0..60).find_map(|seed| {
-        let report = run_seed(seed, &overrides, Some(Bug::ApplyRetryTwice));
-        (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
-    });
-    let (seed, code, message) = caught.expect("caught within 60 seeds");
+    let (seed, code, message) = first_caught_on_three_heavy(Bug::ApplyRetryTwice, 60);
     assert_eq!(code, 129, "seed {seed}: {message}");
     // Applied twice: a send lands twice, or an auto-committing poll moves its offset twice.
     assert!(
@@ -98,13 +92,7 @@ fn a_group_that_acknowledges_before_its_sync_is_caught() {
 /// the log that was committed.
 #[test]
 fn a_poll_served_past_the_commit_point_is_caught() {
-    install_panic_hook();
-    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() };
-    let caught = (0..100).find_map(|seed| {
-        let report = run_seed(seed, &overrides, Some(Bug::PollPastCommit));
-        (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
-    });
-    let (seed, code, message) = caught.expect("caught within 100 seeds");
+    let (seed, code, message) = first_caught_on_three_heavy(Bug::PollPastCommit, 100);
     assert_eq!(code, 129, "seed {seed}: {message}");
     assert!(message.contains("inconsistent offsets") || message.contains("unknown value"), "seed {seed}: {message}");
 }
@@ -138,6 +126,19 @@ fn trace_of_a_send_a_poll_and_a_rebalance() {
     insta::assert_snapshot!("streaming_send", story("operation=160", "send acked").join("\n"));
     insta::assert_snapshot!("streaming_poll", story("operation=2 code=100", "polled").join("\n"));
     insta::assert_snapshot!("streaming_join", story("operation=148", "Membership").join("\n"));
+}
+
+/// The first of `seeds` streaming seeds on three nodes with heavy faults that a planted bug
+/// fails: its seed, exit code and message.
+fn first_caught_on_three_heavy(bug: Bug, seeds: u64) -> (u64, i32, String) {
+    install_panic_hook();
+    let overrides = Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() };
+    (0..seeds)
+        .find_map(|seed| {
+            let report = run_seed(seed, &overrides, Some(bug));
+            (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
+        })
+        .unwrap_or_else(|| panic!("{} caught within {seeds} seeds", bug.name()))
 }
 
 /// Runs the first `seeds` streaming seeds with a planted bug; returns those that failed, with

@@ -389,14 +389,7 @@ impl PartitionLog {
     /// Stamps and appends one batch a client sent. `timestamp` (microseconds) is the partition's
     /// clock; stored timestamps never go backwards.
     pub fn append(&mut self, io: &mut impl Io, mut batch: Vec<u8>, timestamp: u64) -> Result<Appended, AppendError> {
-        match self.status {
-            Status::Open => {}
-            Status::Opening => return Err(AppendError::NotOpen),
-            Status::Failed(error) => return Err(AppendError::Failed(error)),
-        }
-        if self.unwritten_bytes + batch.len() as u64 > self.config.unwritten_bytes_max && self.unwritten_bytes > 0 {
-            return Err(AppendError::Busy);
-        }
+        self.admit_append(batch.len())?;
         let timestamp = timestamp.max(self.last_timestamp);
         let base_offset = self.end_offset();
         let batch::Stamped { header, timestamp_max } =
@@ -404,6 +397,20 @@ impl PartitionLog {
         self.last_timestamp = timestamp;
         self.push_batch(io, &header, timestamp_max, batch);
         Ok(Appended { base_offset, last_offset: header.last_offset(), timestamp })
+    }
+
+    /// Whether an append of `len` bytes may go in now: the log is open, and what waits in memory
+    /// for a write stays within `unwritten_bytes_max` (one batch always goes in alone).
+    fn admit_append(&self, len: usize) -> Result<(), AppendError> {
+        match self.status {
+            Status::Open => {}
+            Status::Opening => return Err(AppendError::NotOpen),
+            Status::Failed(error) => return Err(AppendError::Failed(error)),
+        }
+        if self.unwritten_bytes + len as u64 > self.config.unwritten_bytes_max && self.unwritten_bytes > 0 {
+            return Err(AppendError::Busy);
+        }
+        Ok(())
     }
 
     fn push_batch(&mut self, io: &mut impl Io, header: &BatchHeader, timestamp_max: u64, bytes: Vec<u8>) {
@@ -798,7 +805,7 @@ impl PartitionLog {
         self.superblock_wanted = true;
     }
 
-    fn delete_segment_files(&mut self, io: &mut impl Io, start_offset: u64) {
+    pub(super) fn delete_segment_files(&mut self, io: &mut impl Io, start_offset: u64) {
         for kind in [FileKind::Segment(start_offset), FileKind::Index(start_offset)] {
             let file = self.file(kind);
             self.dirty.remove(&file);

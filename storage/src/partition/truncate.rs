@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use vireo_io::{FileKind, Io};
+use vireo_io::Io;
 
 use super::segment::{self, INDEX_ENTRY_SIZE};
 use super::{AppendError, Appended, Op, PartitionLog, Status, Unit};
@@ -47,14 +47,7 @@ impl PartitionLog {
     /// Appends a batch a VSR primary stamped: valid, for this partition, and starting exactly at
     /// the log's end offset. The bytes are stored as they are.
     pub fn append_stamped(&mut self, io: &mut impl Io, batch: Vec<u8>) -> Result<Appended, AppendError> {
-        match self.status {
-            Status::Open => {}
-            Status::Opening => return Err(AppendError::NotOpen),
-            Status::Failed(error) => return Err(AppendError::Failed(error)),
-        }
-        if self.unwritten_bytes + batch.len() as u64 > self.config.unwritten_bytes_max && self.unwritten_bytes > 0 {
-            return Err(AppendError::Busy);
-        }
+        self.admit_append(batch.len())?;
         let header = batch::validate(&batch)?;
         if header.partition_id != self.config.partition_id {
             return Err(AppendError::WrongPartition { expected: self.config.partition_id, found: header.partition_id });
@@ -178,13 +171,7 @@ impl PartitionLog {
             self.dirty.insert(file);
         }
         for start in cut.removed {
-            for kind in [FileKind::Segment(start), FileKind::Index(start)] {
-                let file = self.file(kind);
-                self.dirty.remove(&file);
-                let token = self.token(Op::Ordering);
-                io.remove(file, token);
-                self.ordering_ops += 1;
-            }
+            self.delete_segment_files(io, start);
         }
     }
 
