@@ -130,6 +130,9 @@ pub struct Cluster {
     trace_hash: u64,
     pub events_processed: u64,
     max_down: usize,
+    /// A view started while replicas were cut off, and the partition was made to end soon: its
+    /// end takes the primary down (see `maybe_crash_primary_on_heal`).
+    crash_primary_at_heal: bool,
     /// The longest register log any replica applied: what every mirror must be a prefix of.
     committed_entries: Vec<(u128, u64)>,
 }
@@ -193,6 +196,7 @@ impl Cluster {
             trace_hash: 0,
             events_processed: 0,
             max_down,
+            crash_primary_at_heal: false,
             committed_entries: Vec::new(),
         };
         cluster.network.faults_enabled = faults;
@@ -346,6 +350,7 @@ impl Cluster {
                         if self.rng.chance(self.scenario.faults.crash_primary_on_heal_ppm) {
                             let soon = self.tick + self.rng.range(1, 20);
                             self.network.end_partition_at(soon);
+                            self.crash_primary_at_heal = true;
                         }
                     }
                 }
@@ -418,7 +423,8 @@ impl Cluster {
         self.crash_with(index, false);
     }
 
-    /// Power loss that tears every write not yet synced (the scripted torn-tail case).
+    /// Power loss that tears every write not yet synced (the scripted torn-tail case; whatever
+    /// the run's durability mode, so scripts that use it run with `enforce_fsync`).
     pub fn crash_tearing(&mut self, index: u8) {
         self.crash_with(index, true);
     }
@@ -433,7 +439,10 @@ impl Cluster {
         acked.sort_unstable();
         acked.dedup();
         acked.retain(|ack| replica.holds_prepare(ack.op, ack.checksum));
-        node.promised = acked;
+        // Promises not checked yet (a crash while the replica was still opening) stand.
+        node.promised.extend(acked);
+        node.promised.sort_unstable();
+        node.promised.dedup();
         node.mirror = None;
         node.incarnation += 1;
         node.crashes += 1;
@@ -492,7 +501,8 @@ impl Cluster {
         if !self.faults || self.liveness_started_tick.is_some() {
             return;
         }
-        if !self.rng.chance(self.scenario.faults.crash_primary_on_heal_ppm) {
+        let planned = std::mem::take(&mut self.crash_primary_at_heal);
+        if !planned && !self.rng.chance(self.scenario.faults.crash_primary_on_heal_ppm) {
             return;
         }
         let down = self.nodes.iter().filter(|node| node.replica.is_none()).count();
@@ -507,7 +517,12 @@ impl Cluster {
     /// The replica that is primary of the highest view any replica is in, if it is up.
     fn newest_primary(&self) -> Option<u8> {
         (0..self.scenario.replica_count)
-            .filter(|&index| self.nodes[index as usize].replica.as_ref().is_some_and(|replica| replica.is_primary()))
+            .filter(|&index| {
+                self.nodes[index as usize]
+                    .replica
+                    .as_ref()
+                    .is_some_and(|replica| replica.is_primary() && replica.status() == Status::Normal)
+            })
             .max_by_key(|&index| self.nodes[index as usize].replica.as_ref().map(|replica| replica.view()))
     }
 

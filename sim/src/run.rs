@@ -82,8 +82,8 @@ pub fn run_seed(seed: u64, overrides: &Overrides, bug: Option<Bug>) -> RunReport
 }
 
 /// Like `run_seed`, printing the readable trace to stdout as it goes.
-pub fn run_traced(seed: u64, overrides: &Overrides) -> RunReport {
-    run_with(seed, overrides, None, true)
+pub fn run_traced(seed: u64, overrides: &Overrides, bug: Option<Bug>) -> RunReport {
+    run_with(seed, overrides, bug, true)
 }
 
 fn run_with(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool) -> RunReport {

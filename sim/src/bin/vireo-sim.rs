@@ -85,6 +85,9 @@ enum Command {
         /// Print the run's readable trace (every replica message, commit and status change).
         #[arg(long)]
         trace: bool,
+        /// Plant a deliberate bug (kebab case, as `sweep --bug` takes it).
+        #[arg(long, value_parser = parse_bug)]
+        bug: Option<Bug>,
         #[command(flatten)]
         overrides: OverrideArgs,
     },
@@ -138,9 +141,9 @@ fn print_report(report: &RunReport) {
     println!("trace_hash={:016x}", report.trace_hash);
 }
 
-fn run_one(seed: u64, overrides: &Overrides, trace: bool) -> ExitCode {
+fn run_one(seed: u64, overrides: &Overrides, trace: bool, bug: Option<Bug>) -> ExitCode {
     println!("scenario {}", vireo_sim::run::describe(seed, overrides));
-    let report = if trace { run_traced(seed, overrides) } else { run_seed(seed, overrides, None) };
+    let report = if trace { run_traced(seed, overrides, bug) } else { run_seed(seed, overrides, bug) };
     print_report(&report);
     if report.exit_code != 0 {
         eprintln!("replay: {}", replay_command(seed, overrides));
@@ -212,7 +215,7 @@ fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { seed, trace, overrides } => run_one(seed, &overrides.overrides(), trace),
+        Command::Run { seed, trace, bug, overrides } => run_one(seed, &overrides.overrides(), trace, bug),
         Command::Sweep { seeds, start, jobs, bug, overrides } => sweep(seeds, start, jobs, &overrides.overrides(), bug),
         Command::Replay { file } => {
             let text = match std::fs::read_to_string(&file) {
@@ -230,7 +233,7 @@ fn main() -> ExitCode {
                 }
             };
             println!("replaying {} ({})", file.display(), seed_file.bug);
-            run_one(seed_file.seed, &seed_file.overrides, false)
+            run_one(seed_file.seed, &seed_file.overrides, false, None)
         }
     }
 }

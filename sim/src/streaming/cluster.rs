@@ -632,6 +632,21 @@ impl StreamingCluster {
     fn check_acknowledged(&mut self, index: u8, namespace: Namespace, event: &ReplicaEvent) -> Result<(), String> {
         match *event {
             ReplicaEvent::Opened { .. } => {
+                // A group whose incarnation the newest committed metadata no longer has was
+                // deleted: its files are gone on purpose, and its promises with them (a node whose
+                // metadata lags may open it again, empty).
+                let live_incarnation = if namespace.is_metadata() {
+                    None
+                } else {
+                    self.nodes
+                        .iter()
+                        .filter_map(|node| node.shards.first())
+                        .filter_map(|node| node.shard().metadata())
+                        .max_by_key(|replica| replica.commit_min())
+                        .and_then(|replica| replica.state_machine().partitions().get(&namespace).copied())
+                        .map(|group| group.incarnation)
+                };
+                let deleted = |ack: &Ack| !namespace.is_metadata() && live_incarnation != Some(ack.cluster as u64);
                 let node = &mut self.nodes[index as usize];
                 let shards = node.shards.len() as u16;
                 let mut promised = std::mem::take(&mut node.promised);
@@ -639,6 +654,9 @@ impl StreamingCluster {
                 promised.retain(|ack| {
                     if vireo_protocol::header::group_namespace(ack.group) != Some(namespace) {
                         return true;
+                    }
+                    if deleted(ack) {
+                        return false;
                     }
                     let kept = hosted_replica_holds(&node.shards, shards, ack, |replica| {
                         ack.op <= replica.checkpoint_op() || replica.holds_prepare(ack.op, ack.checksum)
@@ -657,10 +675,11 @@ impl StreamingCluster {
                 if let Some(ack) = forgotten {
                     return Err(format!(
                         "n{index} group {} acknowledged op {} (prepare {:x}) and lost it in a crash: \
-                         recovery found neither its body nor its header",
+                         recovery found neither its body nor its header (incarnation {})",
                         group_name(namespace),
                         ack.op,
-                        ack.checksum
+                        ack.checksum,
+                        ack.cluster as u64
                     ));
                 }
             }
@@ -686,7 +705,10 @@ impl StreamingCluster {
             hosted_replica_holds(&node.shards, shards, ack, |replica| replica.holds_prepare(ack.op, ack.checksum))
                 .unwrap_or(false)
         });
-        node.promised = acked;
+        // Promises not checked yet (a group still opening when the node crashed again) stand.
+        node.promised.extend(acked);
+        node.promised.sort_unstable();
+        node.promised.dedup();
         node.shards.clear();
         node.incarnation += 1;
         node.crashes += 1;
