@@ -197,6 +197,7 @@ impl PartitionMachine {
         if reply.count == 0 || !reply.batches.is_empty() {
             return;
         }
+        // By offset: whose the poll was does not matter any more.
         let held = self.choose(ConsumerKey::Consumer(0), PollingStrategy::Offset(reply.start), reply.count);
         if held.start != reply.start {
             // The range's head is gone: what is left of it starts later than the reply says.
@@ -205,7 +206,9 @@ impl PartitionMachine {
             reply.count -= lost;
         }
         reply.count = reply.count.min(held.count);
-        reply.batches = self.copy_batches(held.batches);
+        if reply.count > 0 {
+            reply.batches = self.copy_batches(held.batches);
+        }
     }
 
     fn store_offset(&mut self, consumer: ConsumerKey, offset: u64) -> Result<(), PartitionStatus> {
