@@ -379,3 +379,86 @@ impl<'a> Cursor<'a> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::partition::request::decode_poll_reply;
+    use vireo_protocol::header::Command;
+    use vireo_storage::batch::BatchBuilder;
+
+    fn apply(machine: &mut PartitionMachine, op: u64, request: &PartitionRequest) -> Vec<u8> {
+        let mut header = Header::new(Command::Request, 1, 0);
+        header.operation = request.operation();
+        machine.apply(op, op * 1_000_000, &header, 0, &request.encode())
+    }
+
+    fn send(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>) {
+        let mut builder = BatchBuilder::new();
+        for id in ids {
+            builder.push(id, &id.to_le_bytes(), b"");
+        }
+        apply(machine, op, &PartitionRequest::Send { partition: 0, batch: builder.finish(0) });
+    }
+
+    fn ids(batches: &[u8], from: u64, to: u64) -> Vec<u128> {
+        let mut ids = Vec::new();
+        let mut rest = batches;
+        while !rest.is_empty() {
+            let len = BatchHeader::decode(rest).unwrap().batch_length as usize;
+            let messages = batch::messages(&rest[..len]).unwrap();
+            ids.extend(messages.iter().filter(|m| m.offset >= from && m.offset < to).map(|m| m.id));
+            rest = &rest[len..];
+        }
+        ids
+    }
+
+    /// A poll with auto-commit replies with its range only; filling that reply (as the replica
+    /// that answers does, for the first answer and every retry) gives the same messages however
+    /// much the log grew since, and the next poll goes on after them.
+    #[test]
+    fn a_replicated_poll_names_its_range_and_every_fill_gives_the_same_messages() {
+        let mut machine = PartitionMachine::empty();
+        send(&mut machine, 1, 10..13);
+        send(&mut machine, 2, 13..15);
+        let consumer = ConsumerKey::Consumer(7);
+        let poll = PartitionRequest::Poll {
+            partition: 0,
+            consumer,
+            strategy: PollingStrategy::Next,
+            count: 4,
+            auto_commit: true,
+        };
+        let reply = decode_poll_reply(&apply(&mut machine, 3, &poll)).unwrap();
+        assert_eq!((reply.start, reply.count, reply.batches.len()), (0, 4, 0), "a range, no bytes");
+        assert_eq!(machine.consumer_offset(consumer), Some(3));
+        let mut first = reply.clone();
+        machine.fill(&mut first);
+        assert_eq!(ids(&first.batches, first.start, first.start + first.count as u64), [10, 11, 12, 13]);
+        send(&mut machine, 4, 15..20);
+        let mut retried = reply.clone();
+        machine.fill(&mut retried);
+        assert_eq!(retried, first, "a retry re-read later gets the same messages");
+        let next = decode_poll_reply(&apply(&mut machine, 5, &poll)).unwrap();
+        assert_eq!((next.start, next.count), (4, 4));
+    }
+
+    /// What a purge removed between a poll and its answer is not delivered.
+    #[test]
+    fn a_fill_gives_only_what_the_log_still_holds() {
+        let mut machine = PartitionMachine::empty();
+        send(&mut machine, 1, 10..13);
+        let poll = PartitionRequest::Poll {
+            partition: 0,
+            consumer: ConsumerKey::Consumer(1),
+            strategy: PollingStrategy::First,
+            count: 10,
+            auto_commit: true,
+        };
+        let reply = decode_poll_reply(&apply(&mut machine, 2, &poll)).unwrap();
+        apply(&mut machine, 3, &PartitionRequest::Purge { partition: 0 });
+        let mut filled = reply;
+        machine.fill(&mut filled);
+        assert_eq!((filled.count, filled.batches.len()), (0, 0));
+    }
+}
