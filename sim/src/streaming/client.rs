@@ -293,6 +293,20 @@ pub struct StreamClient {
     pub observations: Vec<Observation>,
 }
 
+/// Bytes of messages one simulated batch holds at most: with every header it stays within the
+/// partition groups' prepare limit, and a run's partitions within their checkpoint limit.
+const BATCH_PAYLOAD_BYTES_MAX: usize = 8000;
+/// Per-message frame bytes (`PROTOCOL.md`).
+const MESSAGE_FRAME_SIZE: usize = 48;
+
+/// A message's payload length, 0 bytes and up, from its value (so the checker can count bytes
+/// without being told): batches of many messages carry short payloads, a single message up to
+/// 256 bytes.
+pub fn payload_len(value: u128, batch_messages: usize) -> usize {
+    let most = (BATCH_PAYLOAD_BYTES_MAX / batch_messages.max(1)).saturating_sub(MESSAGE_FRAME_SIZE).min(256);
+    (vireo_storage::checksum::checksum64(&value.to_le_bytes()) % (most as u64 + 1)) as usize
+}
+
 pub fn new_client_id(rng: &mut SimRng) -> u128 {
     ((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) | 1
 }
@@ -709,7 +723,9 @@ impl StreamClient {
             Work::Send { values } => {
                 let mut builder = BatchBuilder::new();
                 for value in values {
-                    builder.push(*value, &value.to_le_bytes()[..8], &[]);
+                    let payload: Vec<u8> =
+                        value.to_le_bytes().iter().copied().cycle().take(payload_len(*value, values.len())).collect();
+                    builder.push(*value, &payload, &[]);
                 }
                 let partitioning = match rng.below(3) {
                     0 => Partitioning::Balanced,

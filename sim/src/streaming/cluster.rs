@@ -29,8 +29,8 @@ use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::WalLayout;
 
 use super::client::{
-    new_client_id, ClientAction, Observation, Role, StreamClient, Topology, GROUP, READER, ROOT, STRANGER, STREAM,
-    TEMP, TOPIC, WRITER,
+    new_client_id, payload_len, ClientAction, Observation, Role, StreamClient, Topology, GROUP, READER, ROOT, STRANGER,
+    STREAM, TEMP, TOPIC, WRITER,
 };
 use super::scenario::StreamingScenario;
 use crate::access::AccessChecker;
@@ -856,7 +856,8 @@ impl StreamingCluster {
             match observation {
                 Observation::SendAcked { partition, base_offset, values } => {
                     self.counters.messages_acked += values.len() as u64;
-                    self.counters.bytes_acked += values.len() as u64 * 8;
+                    self.counters.bytes_acked +=
+                        values.iter().map(|value| payload_len(*value, values.len()) as u64).sum::<u64>();
                     self.log(|| {
                         format!(
                             "c{index} send acked partition={} offset={base_offset} count={}",
