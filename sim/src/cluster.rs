@@ -6,6 +6,7 @@
 //! restarts every replica and stops injecting faults; then every client request must be answered
 //! and every replica must converge on the same commit within `liveness_ticks_max`.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use vireo_io::{Completion, Peer, Token, TICK_NS};
@@ -73,10 +74,10 @@ struct Node {
     crashes: u64,
     /// The (op, checksum) of every prepare_ok the live replica sent: each a promise that the
     /// prepare survives a crash (until the journal gives it up: replaced, or checkpointed over).
-    acked: Vec<Ack>,
+    acked: BTreeSet<Ack>,
     /// What the replica had acknowledged and still held when it crashed: its recovery must find
     /// every one of them again (by body or header), or a checkpoint covering it.
-    promised: Vec<Ack>,
+    promised: BTreeSet<Ack>,
 }
 
 impl SimEvent for Event {
@@ -167,8 +168,8 @@ impl Cluster {
                     incarnation: 0,
                     restart_at_tick: None,
                     crashes: 0,
-                    acked: Vec::new(),
-                    promised: Vec::new(),
+                    acked: BTreeSet::new(),
+                    promised: BTreeSet::new(),
                 }
             })
             .collect();
@@ -436,13 +437,9 @@ impl Cluster {
         }
         let replica = node.replica.take().expect("checked");
         let mut acked = std::mem::take(&mut node.acked);
-        acked.sort_unstable();
-        acked.dedup();
         acked.retain(|ack| replica.holds_prepare(ack.op, ack.checksum));
         // Promises not checked yet (a crash while the replica was still opening) stand.
         node.promised.extend(acked);
-        node.promised.sort_unstable();
-        node.promised.dedup();
         node.mirror = None;
         node.incarnation += 1;
         node.crashes += 1;

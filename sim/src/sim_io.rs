@@ -43,7 +43,7 @@ pub struct SimIo<'a, E: SimEvent> {
     pub disk_faults: bool,
     /// Where every prepare_ok the node sends is recorded, for the checker of what a replica
     /// promised to keep (`None`: not recorded).
-    pub acks: Option<&'a mut Vec<Ack>>,
+    pub acks: Option<&'a mut std::collections::BTreeSet<Ack>>,
 }
 
 impl<E: SimEvent> SimIo<'_, E> {
@@ -70,7 +70,7 @@ impl<E: SimEvent> Io for SimIo<'_, E> {
         if let Some(acks) = self.acks.as_mut() {
             if let Ok(header) = vireo_protocol::Header::decode(&message) {
                 if header.command == vireo_protocol::header::Command::PrepareOk {
-                    acks.push(Ack {
+                    acks.insert(Ack {
                         cluster: header.cluster,
                         group: header.group,
                         op: header.op,

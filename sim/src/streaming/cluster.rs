@@ -13,7 +13,7 @@
 //! breaks. A frame the network drops breaks the connection (both ends learn it closed), and a
 //! crash closes every connection of the node.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use vireo_io::{Completion, Io, Namespace, Peer, Token, TICK_NS};
@@ -115,10 +115,10 @@ struct SimNode {
     channel_depth: Vec<usize>,
     /// Every prepare_ok the node's replicas sent since it last started: each a promise that the
     /// prepare survives a crash (until its replica gives it up: replaced, or checkpointed over).
-    acked: Vec<Ack>,
+    acked: BTreeSet<Ack>,
     /// What the replicas had acknowledged and still held when the node crashed: each group's
     /// recovery must find its own again (by body or header), or a checkpoint covering it.
-    promised: Vec<Ack>,
+    promised: BTreeSet<Ack>,
 }
 
 /// Counters a run reports.
@@ -349,8 +349,8 @@ impl StreamingCluster {
                     restart_at_tick: None,
                     crashes: 0,
                     channel_depth: vec![0; scenario.shards as usize],
-                    acked: Vec::new(),
-                    promised: Vec::new(),
+                    acked: BTreeSet::new(),
+                    promised: BTreeSet::new(),
                 }
             })
             .collect();
@@ -698,8 +698,6 @@ impl StreamingCluster {
         }
         let node = &mut self.nodes[index as usize];
         let mut acked = std::mem::take(&mut node.acked);
-        acked.sort_unstable();
-        acked.dedup();
         let shards = node.shards.len() as u16;
         acked.retain(|ack| {
             hosted_replica_holds(&node.shards, shards, ack, |replica| replica.holds_prepare(ack.op, ack.checksum))
@@ -707,8 +705,6 @@ impl StreamingCluster {
         });
         // Promises not checked yet (a group still opening when the node crashed again) stand.
         node.promised.extend(acked);
-        node.promised.sort_unstable();
-        node.promised.dedup();
         node.shards.clear();
         node.incarnation += 1;
         node.crashes += 1;
