@@ -12,8 +12,9 @@
 //! - Reply (8) and every replica command, one layout (a superset of the Reply of `PROTOCOL.md`):
 //!   parent u128 @128 (Reply: request_checksum), context u128 @144, client u128 @160, op u64 @176,
 //!   commit u64 @184, timestamp u64 @192, request u64 @200, operation u8 @208, log_view u32 @212,
-//!   status u32 @216, session u64 @224, checkpoint_op u64 @232, count u32 @240, origin @244, zero to
-//!   256.
+//!   status u32 @216, session u64 @224, checkpoint_op u64 @232, count u32 @240, origin @244, cursor
+//!   u64 @248 (a prepare's state machine cursor after its op, see `StateMachine::prepare`; zero in
+//!   every other command).
 //!
 //! The origin (4 bytes: present u8, node u8, shard u16) says which node and shard hold the client
 //! connection a request came in on; the node that admits a client's frame stamps it, a replica
@@ -190,6 +191,9 @@ pub struct Header {
     pub reason: u8,
     /// Requests, replies and evictions: where the client's connection lives (Vireo's).
     pub origin: Option<Origin>,
+    /// A prepare's state machine cursor after its op (for a partition: the offset its next
+    /// message gets), so that a new primary prepares on from its log's head without its bodies.
+    pub cursor: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -270,6 +274,7 @@ impl Header {
             command_code: 0,
             reason: 0,
             origin: None,
+            cursor: 0,
         }
     }
 
@@ -319,6 +324,7 @@ impl Header {
                 put_u64(&mut bytes, 232, self.checkpoint_op);
                 put_u32(&mut bytes, 240, self.count);
                 put_origin(&mut bytes, 244, self.origin);
+                put_u64(&mut bytes, 248, self.cursor);
             }
         }
         bytes
@@ -385,7 +391,8 @@ impl Header {
                     Ok(origin) => header.origin = origin,
                     Err(at) => return Err(DecodeError::Reserved(at)),
                 }
-                (209..212).chain(220..224).chain(248..256).find(|at| bytes[*at] != 0)
+                header.cursor = get_u64(bytes, 248);
+                (209..212).chain(220..224).find(|at| bytes[*at] != 0)
             }
         };
         if let Some(at) = reserved {
@@ -511,6 +518,7 @@ mod tests {
                     header.session = numbers.7;
                     header.checkpoint_op = numbers.8;
                     header.count = numbers.9;
+                    header.cursor = numbers.0 ^ numbers.3;
                 }
             }
             header

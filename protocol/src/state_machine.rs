@@ -18,6 +18,23 @@ pub trait StateMachine: Sized {
         Ok(())
     }
 
+    /// The cursor after the last applied op: where a primary whose log holds nothing above its
+    /// commit point prepares on from (see `prepare`).
+    fn prepare_cursor(&self) -> u64 {
+        0
+    }
+
+    /// Called by the primary for each request it puts into a prepare, in op order, before the
+    /// prepare is sealed: it may rewrite the request's body in place (a partition stamps a send's
+    /// batch with its offsets and timestamp, so the prepare carries the bytes as they will be
+    /// stored) and returns the cursor after it. `cursor` is the one after the request before
+    /// (after the op before, for the first: its header's `cursor`); the prepare's header keeps
+    /// the cursor after its last request. Every replica applies the rewritten body, so this must
+    /// decide only what `apply` would: given the same cursor, the same bytes.
+    fn prepare(&self, cursor: u64, _timestamp: u64, _request: &Header, _body: &mut [u8]) -> u64 {
+        cursor
+    }
+
     /// A digest of the whole state, compared across replicas by the simulator.
     fn digest(&self) -> u64;
 

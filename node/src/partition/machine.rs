@@ -1,7 +1,8 @@
 //! `PartitionMachine`: what one partition's VSR group replicates. It owns the partition's stamped
-//! batches (offsets dense from `first_offset` to `next_offset`) and its consumer offsets, and it
-//! stamps every batch it applies: the partition id, the next offsets, the prepare's timestamp and
-//! every checksum. Every replica applies the same prepares and so stamps the same bytes.
+//! batches (offsets dense from `first_offset` to `next_offset`) and its consumer offsets. The
+//! primary stamps every send's batch as it prepares it (`prepare`: the partition id, the next
+//! offsets, the prepare's timestamp and every checksum), so a prepare carries the bytes exactly
+//! as every replica stores them.
 //!
 //! Invariants (asserted after every apply): the batches are contiguous, their message counts sum
 //! to `next_offset - first_offset`, and `retained_bytes` is their total size, at most
@@ -16,7 +17,7 @@ use vireo_storage::partition::PollingStrategy;
 
 use super::request::{
     encode_offset_reply, encode_poll_reply, encode_send_reply, encode_status, ConsumerKey, OffsetReply,
-    PartitionRequest, PartitionStatus, PollReply, SendReply,
+    PartitionRequest, PartitionStatus, PollReply, SendReply, OPERATION_SEND_MESSAGES, SEND_BATCH_AT,
 };
 
 /// Bytes of batches a partition keeps; past it the oldest batches are dropped.
@@ -27,6 +28,20 @@ pub const CONSUMERS_MAX: usize = 1024;
 pub const POLL_BYTES_MAX: u64 = 256 << 10;
 /// Messages one poll may ask for.
 pub const POLL_COUNT_MAX: u32 = 100_000;
+
+/// A send's batch as `prepare` stamps it for `partition` at `next_offset` and `timestamp_us`,
+/// and that alone: whole, valid, not empty, stamped exactly there. `prepare` counts a send's
+/// messages and `apply` stores its batch by this one test, so the two can never disagree on
+/// where the next batch starts (a client's bytes that fail to stamp stay unstamped and fail it).
+fn stamped_send(batch: &[u8], partition: u32, next_offset: u64, timestamp_us: u64) -> Option<BatchHeader> {
+    let header = batch::validate(batch).ok()?;
+    let exact = batch.len() == header.batch_length as usize
+        && header.message_count > 0
+        && header.partition_id == partition as u64
+        && header.base_offset == next_offset
+        && header.base_timestamp == timestamp_us;
+    exact.then_some(header)
+}
 
 /// A poll's choice: `count` messages from `start`, held by the stored batches at `batches`.
 struct Chosen {
@@ -70,13 +85,12 @@ impl PartitionMachine {
         self.batches.iter().map(|(_, bytes)| bytes.as_slice())
     }
 
-    fn send(&mut self, partition: u32, mut bytes: Vec<u8>, timestamp_us: u64) -> Result<SendReply, PartitionStatus> {
-        let stamped = batch::stamp(&mut bytes, partition as u64, self.next_offset, timestamp_us)
-            .map_err(|_| PartitionStatus::InvalidBatch)?;
-        let count = stamped.header.message_count;
-        if count == 0 {
-            return Err(PartitionStatus::InvalidBatch);
-        }
+    /// Appends a send's batch as the primary stamped it (`prepare`), when it is the batch
+    /// `prepare` counted: every replica appends the same bytes at the same offsets.
+    fn send(&mut self, partition: u32, bytes: Vec<u8>, timestamp_us: u64) -> Result<SendReply, PartitionStatus> {
+        let header =
+            stamped_send(&bytes, partition, self.next_offset, timestamp_us).ok_or(PartitionStatus::InvalidBatch)?;
+        let count = header.message_count;
         let base_offset = self.next_offset;
         self.next_offset += count as u64;
         self.retained_bytes += bytes.len() as u64;
@@ -289,6 +303,28 @@ impl StateMachine for PartitionMachine {
         reply
     }
 
+    fn prepare_cursor(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Stamps a send's batch where the log will hold it, so that the prepare carries the
+    /// stored bytes. The cursor is the offset the next message gets.
+    fn prepare(&self, cursor: u64, timestamp: u64, request: &Header, body: &mut [u8]) -> u64 {
+        if request.operation != OPERATION_SEND_MESSAGES || body.len() < SEND_BATCH_AT {
+            return cursor;
+        }
+        let partition = u32::from_le_bytes(body[..SEND_BATCH_AT].try_into().expect("four bytes"));
+        let timestamp_us = timestamp / 1000;
+        let batch = &mut body[SEND_BATCH_AT..];
+        // A batch that does not stamp is left as it is (or half stamped): `stamped_send` refuses
+        // it, here and in `apply`.
+        let _ = batch::stamp(batch, partition as u64, cursor, timestamp_us);
+        match stamped_send(batch, partition, cursor, timestamp_us) {
+            Some(header) => cursor + header.message_count as u64,
+            None => cursor,
+        }
+    }
+
     fn digest(&self) -> u64 {
         self.digest
     }
@@ -383,14 +419,22 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::partition::request::decode_poll_reply;
+    use crate::partition::request::{decode_poll_reply, encode_status, PartitionStatus};
     use vireo_protocol::header::Command;
     use vireo_storage::batch::BatchBuilder;
 
+    /// Prepares a request as a primary does (from the applied state's cursor) and applies it.
     fn apply(machine: &mut PartitionMachine, op: u64, request: &PartitionRequest) -> Vec<u8> {
+        apply_bytes(machine, op, request.operation(), request.encode()).1
+    }
+
+    /// The cursor `prepare` left, and the reply.
+    fn apply_bytes(machine: &mut PartitionMachine, op: u64, operation: u8, mut body: Vec<u8>) -> (u64, Vec<u8>) {
         let mut header = Header::new(Command::Request, 1, 0);
-        header.operation = request.operation();
-        machine.apply(op, op * 1_000_000, &header, 0, &request.encode())
+        header.operation = operation;
+        let timestamp = op * 1_000_000;
+        let cursor = machine.prepare(machine.prepare_cursor(), timestamp, &header, &mut body);
+        (cursor, machine.apply(op, timestamp, &header, 0, &body))
     }
 
     fn send(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>) {
@@ -460,5 +504,73 @@ mod tests {
         let mut filled = reply;
         machine.fill(&mut filled);
         assert_eq!((filled.count, filled.batches.len()), (0, 0));
+    }
+
+    /// The primary stamps a send where the log will hold it: the prepare carries the stored
+    /// bytes, and applying it stores exactly them.
+    #[test]
+    fn a_prepared_send_carries_the_batch_as_stored() {
+        let mut machine = PartitionMachine::empty();
+        send(&mut machine, 1, 10..13);
+        let batch = BatchBuilder::new().message(20, b"twenty", b"").message(21, b"", b"h").finish(0);
+        let mut body = PartitionRequest::Send { partition: 0, batch }.encode();
+        let mut header = Header::new(Command::Request, 1, 0);
+        header.operation = OPERATION_SEND_MESSAGES;
+        let cursor = machine.prepare(machine.prepare_cursor(), 2_000_000, &header, &mut body);
+        assert_eq!((machine.prepare_cursor(), cursor), (3, 5), "the cursor counts the prepared messages");
+        let stamped = BatchHeader::decode(&body[SEND_BATCH_AT..]).unwrap();
+        assert_eq!((stamped.base_offset, stamped.base_timestamp), (3, 2_000));
+        batch::validate(&body[SEND_BATCH_AT..]).unwrap();
+        machine.apply(2, 2_000_000, &header, 0, &body);
+        assert_eq!(machine.batches().last().unwrap(), &body[SEND_BATCH_AT..]);
+        assert_eq!(machine.next_offset(), cursor);
+    }
+
+    /// A batch that cannot be stamped, or one stamped for another place, is refused alike by
+    /// `prepare` (the cursor stays) and by `apply` (nothing stored).
+    #[test]
+    fn a_batch_that_does_not_stamp_moves_no_cursor() {
+        let mut machine = PartitionMachine::empty();
+        send(&mut machine, 1, 10..12);
+        let valid = BatchBuilder::new().message(1, b"x", b"").finish(0);
+        let mut truncated = PartitionRequest::Send { partition: 0, batch: valid.clone() }.encode();
+        truncated.pop();
+        let (cursor, reply) = apply_bytes(&mut machine, 2, OPERATION_SEND_MESSAGES, truncated);
+        assert_eq!((cursor, machine.next_offset()), (2, 2));
+        assert_eq!(reply, encode_status(Some(PartitionStatus::InvalidBatch)));
+        // Stamped by a client for offset 0, and sent raw to `apply` (no primary stamped it).
+        let mut elsewhere = valid;
+        batch::stamp(&mut elsewhere, 0, 0, 3_000).unwrap();
+        let mut header = Header::new(Command::Request, 1, 0);
+        header.operation = OPERATION_SEND_MESSAGES;
+        let body = PartitionRequest::Send { partition: 0, batch: elsewhere }.encode();
+        let reply = machine.apply(3, 3_000_000, &header, 0, &body);
+        assert_eq!(reply, encode_status(Some(PartitionStatus::InvalidBatch)));
+        assert_eq!(machine.next_offset(), 2);
+    }
+
+    proptest::proptest! {
+        /// Whatever bytes the sends carry, the cursor `prepare` returns is where `apply` leaves
+        /// the log: a primary that prepares on from its head never stamps a batch that a
+        /// replica refuses for its place.
+        #[test]
+        fn the_prepare_cursor_is_where_apply_leaves_the_log(
+            sends in proptest::collection::vec((1usize..5, proptest::option::of(0usize..200)), 1..20),
+        ) {
+            let mut machine = PartitionMachine::empty();
+            for (op, (messages, damage)) in sends.into_iter().enumerate() {
+                let mut builder = BatchBuilder::new();
+                for id in 0..messages {
+                    builder.push(id as u128, &[7; 9][..id], b"");
+                }
+                let mut body = PartitionRequest::Send { partition: 0, batch: builder.finish(0) }.encode();
+                if let Some(at) = damage {
+                    let at = at % body.len();
+                    body[at] ^= 0x41;
+                }
+                let (cursor, _) = apply_bytes(&mut machine, op as u64 + 1, OPERATION_SEND_MESSAGES, body);
+                proptest::prop_assert_eq!(cursor, machine.next_offset());
+            }
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! layouts that the node builds from a client's `PROTOCOL.md` request once it has routed it
 //! (stream and topic resolved, the partition chosen). All integers little-endian.
 //!
-//! - `OPERATION_SEND_MESSAGES` (160): partition u32, then one unstamped batch.
+//! - `OPERATION_SEND_MESSAGES` (160): partition u32, then one batch: unstamped as the node builds
+//!   it, stamped in place by the primary as it prepares it (`PartitionMachine::prepare`).
 //!   Reply: status u32, partition u32, base_offset u64, message_count u32.
 //! - `OPERATION_STORE_CONSUMER_OFFSET` (161): partition u32, consumer, offset u64. Reply: status.
 //! - `OPERATION_DELETE_CONSUMER_OFFSET` (162): partition u32, consumer. Reply: status.
@@ -32,6 +33,9 @@ pub const OPERATION_DELETE_CONSUMER_OFFSET: u8 = 162;
 pub const OPERATION_POLL_MESSAGES: u8 = 163;
 pub const OPERATION_GET_CONSUMER_OFFSET: u8 = 164;
 pub const OPERATION_PURGE: u8 = 165;
+
+/// Where a send's batch starts in its body (after the partition).
+pub const SEND_BATCH_AT: usize = 4;
 
 /// Whose offset: a single consumer or a consumer group (their ids are separate spaces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -115,6 +115,8 @@ impl<S: StateMachine> Replica<S> {
             && self.pipeline.len() < self.config.prepare_queue_max
             && self.op < self.wal_op_limit()
         {
+            let timestamp = io.now().max(self.timestamp_last + 1);
+            let mut cursor = self.prepare_cursor_at_head();
             let mut body = Vec::new();
             let mut count = 0u32;
             let mut first: Option<Header> = None;
@@ -127,7 +129,10 @@ impl<S: StateMachine> Replica<S> {
                 }
                 let request = self.request_queue.pop_front().expect("front exists");
                 first.get_or_insert(request.header);
+                // The request's own checksums stay the client's: its reply names it by them.
+                let at = body.len() + HEADER_SIZE;
                 body.extend_from_slice(&request.encode());
+                cursor = self.state_machine.prepare(cursor, timestamp, &request.header, &mut body[at..]);
                 count += 1;
             }
             assert!(count > 0, "a request always fits in an empty prepare");
@@ -136,7 +141,8 @@ impl<S: StateMachine> Replica<S> {
             header.op = self.op + 1;
             header.parent = self.op_checksum;
             header.commit = self.commit_max;
-            header.timestamp = io.now().max(self.timestamp_last + 1);
+            header.timestamp = timestamp;
+            header.cursor = cursor;
             header.client = first.client;
             header.request = first.request;
             header.operation = first.operation;
@@ -153,6 +159,15 @@ impl<S: StateMachine> Replica<S> {
             self.wal_enqueue(io, header.op);
             self.send_to_others(io, &message);
         }
+    }
+
+    /// The state machine's cursor after this replica's head op: the head's header says it, or,
+    /// with nothing above the commit point, the applied state does.
+    fn prepare_cursor_at_head(&self) -> u64 {
+        if self.op == self.commit_min {
+            return self.state_machine.prepare_cursor();
+        }
+        self.journal.get(self.op).expect("a replica holds the header of its head op").header.cursor
     }
 
     pub(super) fn on_prepare(&mut self, io: &mut impl Io, message: Message) {
