@@ -15,7 +15,7 @@ use vireo_storage::partition::PollingStrategy;
 
 use crate::connection::ReplyKind;
 use crate::metadata::{token_hash, verify_password, Identifier, Metadata, ReadKind, UserStatus};
-use crate::partition::request::{ConsumerKey, PartitionRequest};
+use crate::partition::request::{ConsumerKey, PartitionRequest, Retention};
 use crate::partitioning::{partition_for, Partitioning};
 
 /// Status codes of refusals made before a request reaches a group (Iggy's numbering).
@@ -111,9 +111,16 @@ pub fn admit_send(
         return Err(STATUS_NO_PARTITIONS);
     }
     let partition = partition_for(&partitioning, cursor, &partitions).ok_or(STATUS_PARTITION_NOT_FOUND)?;
+    let options = &metadata.topic(stream, topic).expect("resolved").options;
+    let retention = Retention {
+        segment_size: options.segment_size,
+        message_expiry_us: options.message_expiry,
+        // A topic's limit, shared evenly by its partitions (each a group of its own).
+        max_bytes: options.max_topic_size.div_ceil(partitions.len() as u64),
+    };
     Ok(Admitted {
         group: Namespace::partition(stream, topic, partition),
-        request: PartitionRequest::Send { partition, batch: send.batch().to_vec() },
+        request: PartitionRequest::Send { partition, retention, batch: send.batch().to_vec() },
         kind: ReplyKind::Send { stream, topic },
     })
 }

@@ -26,6 +26,12 @@
 //!   one poll and a gap between consecutive polls of a run. Checked at once.
 //! - The final read is a reader too: it must return offsets 0, 1, 2, ... (`PollSkip` and
 //!   `NonmonotonicPoll` with `Reader::FinalRead`), and its length is the log's length.
+//! - With retention (`KafkaLogChecker::with_retention`) a prefix of each partition may go, and
+//!   what went only ever grows. The final read then starts where the log does (its *start*), and a
+//!   skip at the head of a poll (the server starting a run later than expected) is allowed if
+//!   everything it skipped is below the final start: it was retained away, not lost. Such skips
+//!   are checked at `finish`, `PollSkip` otherwise. A skip inside a poll is never allowed.
+//!   Values below the final start are exempt from `LostWrite` and `Unseen`.
 //! - `NonmonotonicSend`: a producer's values acknowledged to one partition must sit at offsets
 //!   increasing in the order the producer sent them (its latest send of each value). Checked at once.
 //! - `LostWrite`: a committed value (acknowledged, or returned by a poll) at offset `o` of a
@@ -109,7 +115,7 @@ impl fmt::Display for Reader {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Anomaly {
     #[error(
-        "lost write: value {value:#x} at offset {offset} of {partition} (known from {known_from}) is missing from the final read, which holds {final_len} messages"
+        "lost write: value {value:#x} at offset {offset} of {partition} (known from {known_from}) is missing from the final read, which ends before offset {final_len}"
     )]
     LostWrite { partition: PartitionKey, offset: u64, value: u128, known_from: Source, final_len: u64 },
     #[error(
@@ -232,6 +238,8 @@ struct PartitionRecord {
     highest_polled: Option<u64>,
     /// The final read's length, once read.
     final_len: Option<u64>,
+    /// Where the final read started (0 without retention).
+    final_start: u64,
 }
 
 /// An acknowledged send's extent in one partition: the lowest and highest offsets (with values)
@@ -256,6 +264,11 @@ pub struct KafkaLogChecker {
     send_order: HashMap<(u64, PartitionKey), BTreeMap<u64, SendExtent>>,
     /// (consumer, partition) -> the next offset the run expects, if it has a position.
     positions: HashMap<(u64, PartitionKey), Option<u64>>,
+    /// Whether retention may remove a prefix of each partition.
+    retention: bool,
+    /// Skips at the head of a poll, allowed only if the final read starts at or past them:
+    /// (reader, partition, expected, returned).
+    head_skips: Vec<(Reader, PartitionKey, u64, u64)>,
     summary: CheckSummary,
 }
 
@@ -273,8 +286,15 @@ impl KafkaLogChecker {
             producers: HashMap::new(),
             send_order: HashMap::new(),
             positions: HashMap::new(),
+            retention: false,
+            head_skips: Vec::new(),
             summary: CheckSummary::default(),
         }
+    }
+
+    /// A checker for partitions whose retention may remove a prefix of each.
+    pub fn with_retention() -> KafkaLogChecker {
+        KafkaLogChecker { retention: true, ..KafkaLogChecker::new() }
     }
 
     /// The counts so far.
@@ -425,6 +445,10 @@ impl KafkaLogChecker {
         // must start there.
         let mut expected = position.unwrap_or(from_offset);
         let reader = Reader::Consumer(consumer);
+        if let Some(&(first, _)) = messages.first().filter(|(first, _)| self.retention && *first > expected) {
+            self.head_skips.push((reader, partition, expected, first));
+            expected = first;
+        }
         for &(offset, _) in messages {
             check_next(reader, partition, expected, offset)?;
             expected = offset + 1;
@@ -456,14 +480,17 @@ impl KafkaLogChecker {
         self.positions.insert((consumer, partition), Some(start_offset));
     }
 
-    /// The whole partition, read from offset 0 at the end of the run. Once per partition.
-    pub fn final_read(&mut self, partition: PartitionKey, messages: &[(u64, u128)]) -> Result<(), Anomaly> {
+    /// The whole partition, read from its start at the end of the run (`start`: the first offset
+    /// the log holds, 0 unless retention removed a prefix). Once per partition.
+    pub fn final_read(&mut self, partition: PartitionKey, start: u64, messages: &[(u64, u128)]) -> Result<(), Anomaly> {
+        let start = if self.retention { start } else { 0 };
         let record = self.partitions.entry(partition).or_default();
         assert!(record.final_len.is_none(), "{partition} read twice at the end");
-        record.final_len = Some(messages.len() as u64);
+        record.final_len = Some(start + messages.len() as u64);
+        record.final_start = start;
         self.summary.partitions_read += 1;
         self.summary.values_final += messages.len() as u64;
-        let mut expected = 0;
+        let mut expected = start;
         for &(offset, value) in messages {
             check_next(Reader::FinalRead, partition, expected, offset)?;
             expected = offset + 1;
@@ -528,10 +555,18 @@ impl KafkaLogChecker {
                 });
             }
         }
+        for &(reader, partition, expected, offset) in &self.head_skips {
+            let start = self.partitions.get(&partition).map_or(0, |record| record.final_start);
+            if offset > start {
+                return Err(Anomaly::PollSkip { reader, partition, expected, offset });
+            }
+        }
         for (partition, record) in &self.partitions {
             let Some(highest_polled) = record.highest_polled else { continue };
-            if let Some((&offset, entry)) =
-                record.offsets.range(..=highest_polled).find(|(_, entry)| entry.acked && !entry.polled)
+            if let Some((&offset, entry)) = record
+                .offsets
+                .range(record.final_start..=highest_polled.max(record.final_start))
+                .find(|(_, entry)| entry.acked && !entry.polled)
             {
                 return Err(Anomaly::Unseen { partition: *partition, offset, value: entry.value, highest_polled });
             }
@@ -648,9 +683,9 @@ mod tests {
         let assignment = BTreeMap::from([(7, vec![0, 2]), (8, vec![1]), (9, vec![])]);
         checker.group_assignment(40, (1, 1, 1), 3, &assignment).unwrap();
         checker.group_assignment(41, (1, 1, 2), 3, &BTreeMap::new()).unwrap();
-        checker.final_read(P0, &at(0, &[10, 11, 20, 12, 13, 14])).unwrap();
-        checker.final_read(P1, &at(0, &[33])).unwrap();
-        checker.final_read(Q0, &at(0, &[30, 31, 32])).unwrap();
+        checker.final_read(P0, 0, &at(0, &[10, 11, 20, 12, 13, 14])).unwrap();
+        checker.final_read(P1, 0, &at(0, &[33])).unwrap();
+        checker.final_read(Q0, 0, &at(0, &[30, 31, 32])).unwrap();
         let summary = checker.finish().unwrap();
         assert_eq!(summary.sends_invoked, 8);
         assert_eq!(summary.sends_acked, 5);
@@ -665,7 +700,7 @@ mod tests {
         let mut checker = KafkaLogChecker::new();
         produce(&mut checker, 1, P0, 0, &[10, 11]);
         produce(&mut checker, 2, P0, 2, &[20]);
-        checker.final_read(P0, &at(0, &[10, 11])).unwrap();
+        checker.final_read(P0, 0, &at(0, &[10, 11])).unwrap();
         let anomaly = checker.finish().unwrap_err();
         assert_eq!(
             anomaly,
@@ -679,7 +714,7 @@ mod tests {
         );
         assert_eq!(
             anomaly.to_string(),
-            "lost write: value 0x14 at offset 2 of stream 1 topic 1 partition 0 (known from the ack to producer 2) is missing from the final read, which holds 2 messages"
+            "lost write: value 0x14 at offset 2 of stream 1 topic 1 partition 0 (known from the ack to producer 2) is missing from the final read, which ends before offset 2"
         );
     }
 
@@ -689,7 +724,7 @@ mod tests {
         checker.send_invoked(1, &[10]).unwrap();
         checker.send_indeterminate(1, &[10]).unwrap();
         checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
-        checker.final_read(P0, &[]).unwrap();
+        checker.final_read(P0, 0, &[]).unwrap();
         assert!(matches!(checker.finish(), Err(Anomaly::LostWrite { offset: 0, value: 10, .. })));
     }
 
@@ -708,8 +743,8 @@ mod tests {
     fn a_value_in_two_partitions_is_a_duplicate() {
         let mut checker = KafkaLogChecker::new();
         produce(&mut checker, 1, P0, 0, &[10]);
-        checker.final_read(P0, &at(0, &[10])).unwrap();
-        let anomaly = checker.final_read(P1, &at(0, &[10])).unwrap_err();
+        checker.final_read(P0, 0, &at(0, &[10])).unwrap();
+        let anomaly = checker.final_read(P1, 0, &at(0, &[10])).unwrap_err();
         assert!(matches!(anomaly, Anomaly::Duplicate { first_partition: P0, second_partition: P1, .. }), "{anomaly}");
     }
 
@@ -733,7 +768,7 @@ mod tests {
         checker.send_indeterminate(1, &[10]).unwrap();
         checker.send_invoked(1, &[10]).unwrap();
         checker.send_acked(1, P0, 0, &[10]).unwrap();
-        checker.final_read(P0, &at(0, &[10])).unwrap();
+        checker.final_read(P0, 0, &at(0, &[10])).unwrap();
         checker.finish().unwrap();
     }
 
@@ -774,9 +809,9 @@ mod tests {
         checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
         checker.consumer_assigned(100, P0, 2);
         checker.polled(100, P0, 2, &at(2, &[12])).unwrap();
-        checker.final_read(P0, &at(0, &[10, 11, 12])).unwrap();
+        checker.final_read(P0, 0, &at(0, &[10, 11, 12])).unwrap();
         // P1 was never polled: its value is not unseen, only not yet read.
-        checker.final_read(P1, &at(0, &[13])).unwrap();
+        checker.final_read(P1, 0, &at(0, &[13])).unwrap();
         let anomaly = checker.finish().unwrap_err();
         assert_eq!(anomaly, Anomaly::Unseen { partition: P0, offset: 1, value: 11, highest_polled: 2 });
     }
@@ -811,7 +846,7 @@ mod tests {
     fn a_final_read_with_a_hole_is_a_poll_skip() {
         let mut checker = KafkaLogChecker::new();
         produce(&mut checker, 1, P0, 0, &[10, 11]);
-        let anomaly = checker.final_read(P0, &[(1, 11)]).unwrap_err();
+        let anomaly = checker.final_read(P0, 0, &[(1, 11)]).unwrap_err();
         assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::FinalRead, partition: P0, expected: 0, offset: 1 });
     }
 
@@ -934,10 +969,68 @@ mod tests {
     fn reading_a_value_no_producer_sent_is_an_unknown_value() {
         let mut checker = KafkaLogChecker::new();
         produce(&mut checker, 1, P0, 0, &[10]);
-        let anomaly = checker.final_read(P0, &[(0, 10), (1, 99)]).unwrap_err();
+        let anomaly = checker.final_read(P0, 0, &[(0, 10), (1, 99)]).unwrap_err();
         assert_eq!(
             anomaly,
             Anomaly::UnknownValue { partition: P0, offset: 1, value: 99, reported_by: Source::FinalRead }
         );
+    }
+
+    /// With retention, a consumer that finds its next offsets retained away goes on from the
+    /// first one held, and the final read starts there: nothing to report.
+    #[test]
+    fn a_skip_over_what_retention_removed_passes() {
+        let mut checker = KafkaLogChecker::with_retention();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12, 13, 14]);
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        // Offsets 1 and 2 went before the next poll.
+        checker.polled(100, P0, 1, &at(3, &[13])).unwrap();
+        checker.final_read(P0, 3, &at(3, &[13, 14])).unwrap();
+        checker.polled(100, P0, 4, &at(4, &[14])).unwrap();
+        checker.finish().unwrap();
+    }
+
+    /// Retention removes a prefix only: a head skip over offsets the final read still holds
+    /// skipped something real, and so does a gap inside one poll.
+    #[test]
+    fn retention_excuses_no_skip_over_what_the_log_still_holds() {
+        let mut checker = KafkaLogChecker::with_retention();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12, 13, 14]);
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        checker.polled(100, P0, 1, &at(3, &[13])).unwrap();
+        checker.final_read(P0, 2, &at(2, &[12, 13, 14])).unwrap();
+        let anomaly = checker.finish().unwrap_err();
+        assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::Consumer(100), partition: P0, expected: 1, offset: 3 });
+
+        let mut checker = KafkaLogChecker::with_retention();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        let anomaly = checker.polled(100, P0, 0, &[(0, 10), (2, 12)]).unwrap_err();
+        assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::Consumer(100), partition: P0, expected: 1, offset: 2 });
+
+        // Without retention the head skip is caught at once, and a final read must start at 0.
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        assert!(checker.polled(100, P0, 1, &at(2, &[12])).is_err());
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        let anomaly = checker.final_read(P0, 1, &at(1, &[11])).unwrap_err();
+        assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::FinalRead, partition: P0, expected: 0, offset: 1 });
+    }
+
+    /// An acknowledged value past the final read's end is lost, retention or not; below its
+    /// start it was retained away.
+    #[test]
+    fn retention_excuses_only_the_prefix() {
+        let mut checker = KafkaLogChecker::with_retention();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        checker.final_read(P0, 1, &at(1, &[11])).unwrap();
+        let anomaly = checker.finish().unwrap_err();
+        assert!(matches!(anomaly, Anomaly::LostWrite { offset: 2, value: 12, .. }), "{anomaly}");
+        let mut checker = KafkaLogChecker::with_retention();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+        checker.polled(100, P0, 2, &at(2, &[12])).unwrap();
+        checker.final_read(P0, 2, &at(2, &[12])).unwrap();
+        checker.finish().unwrap();
     }
 }

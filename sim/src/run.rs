@@ -195,7 +195,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             "messages_acked={} bytes_acked={} messages_polled={} acked_per_sim_s={:.0} acked_bytes_per_sim_s={:.0} \
              indeterminate={} channel_full_drops={} denials={} assignments_checked={} connections={} \
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
-             replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={}",
+             replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
+             segments_retained_away={} messages_retained_away={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -216,6 +217,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.fail_stops,
             counters.state_transfers,
             counters.checkpoint_chunks,
+            counters.segments_retained_away,
+            counters.messages_retained_away,
         ));
     }
     report

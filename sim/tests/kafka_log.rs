@@ -177,7 +177,7 @@ fn replay(events: &[Event]) -> Result<CheckSummary, Anomaly> {
             Event::Group { at, partitions_count, assignment } => {
                 checker.group_assignment(*at, (1, 1, 1), *partitions_count, assignment)?
             }
-            Event::Final { partition, messages } => checker.final_read(*partition, messages)?,
+            Event::Final { partition, messages } => checker.final_read(*partition, 0, messages)?,
         }
     }
     checker.finish()

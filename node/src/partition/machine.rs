@@ -4,9 +4,17 @@
 //! offsets, the prepare's timestamp and every checksum), so a prepare carries the bytes exactly
 //! as every replica stores them.
 //!
+//! The batches are grouped into segments as a segment log groups them: a segment is sealed once
+//! it holds the topic's `segment_size`, and the next batch opens a new one. Retention goes by
+//! whole sealed segments, as the reference's does: after each send, the oldest sealed segment goes
+//! while its newest batch is older than the topic's message expiry (by the send's prepare
+//! timestamp, so every replica drops the same segments at the same op) or while the partition
+//! holds more than its share of the topic's maximum size. The newest segment always stays.
+//!
 //! Invariants (asserted after every apply): the batches are contiguous, their message counts sum
-//! to `next_offset - first_offset`, and `retained_bytes` is their total size, at most
-//! `RETAINED_BYTES_MAX` (beyond it the oldest batches go: retention by size).
+//! to `next_offset - first_offset`, the segments cover exactly the batches, and `retained_bytes`
+//! is their total size, at most `RETAINED_BYTES_MAX` (the memory a partition may hold while its
+//! batches live here: beyond it the oldest batches go, whatever the topic says).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -16,8 +24,9 @@ use vireo_storage::checksum::checksum64;
 use vireo_storage::partition::PollingStrategy;
 
 use super::request::{
-    encode_offset_reply, encode_poll_reply, encode_send_reply, encode_status, ConsumerKey, OffsetReply,
-    PartitionRequest, PartitionStatus, PollReply, SendReply, OPERATION_SEND_MESSAGES, SEND_BATCH_AT,
+    decode_send_head, encode_offset_reply, encode_poll_reply, encode_send_reply, encode_status, ConsumerKey,
+    OffsetReply, PartitionRequest, PartitionStatus, PollReply, Retention, SendReply, OPERATION_SEND_MESSAGES,
+    SEND_BATCH_AT,
 };
 
 /// Bytes of batches a partition keeps; past it the oldest batches are dropped.
@@ -50,14 +59,28 @@ struct Chosen {
     batches: std::ops::Range<usize>,
 }
 
+/// A run of batches as one segment of the log holds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SegmentSpan {
+    start_offset: u64,
+    end_offset: u64,
+    bytes: u64,
+    /// The server timestamp (microseconds) of its newest batch: what expiry goes by.
+    newest_timestamp: u64,
+    sealed: bool,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionMachine {
     /// (base offset, stamped batch), oldest first.
     batches: VecDeque<(u64, Vec<u8>)>,
+    /// The segments the batches fall in, oldest first; the last one is active unless sealed.
+    segments: VecDeque<SegmentSpan>,
     first_offset: u64,
     next_offset: u64,
     retained_bytes: u64,
     consumer_offsets: BTreeMap<ConsumerKey, u64>,
+    segments_expired: u64,
     /// A chain over every applied request and its reply: equal digests, equal histories.
     digest: u64,
 }
@@ -85,22 +108,85 @@ impl PartitionMachine {
         self.batches.iter().map(|(_, bytes)| bytes.as_slice())
     }
 
+    /// Sealed segments dropped by retention (expiry or size), since this state was created.
+    pub fn segments_expired(&self) -> u64 {
+        self.segments_expired
+    }
+
     /// Appends a send's batch as the primary stamped it (`prepare`), when it is the batch
-    /// `prepare` counted: every replica appends the same bytes at the same offsets.
-    fn send(&mut self, partition: u32, bytes: Vec<u8>, timestamp_us: u64) -> Result<SendReply, PartitionStatus> {
+    /// `prepare` counted: every replica appends the same bytes at the same offsets. Then the
+    /// topic's retention runs.
+    fn send(
+        &mut self,
+        partition: u32,
+        retention: Retention,
+        bytes: Vec<u8>,
+        timestamp_us: u64,
+    ) -> Result<SendReply, PartitionStatus> {
         let header =
             stamped_send(&bytes, partition, self.next_offset, timestamp_us).ok_or(PartitionStatus::InvalidBatch)?;
         let count = header.message_count;
         let base_offset = self.next_offset;
+        let len = bytes.len() as u64;
         self.next_offset += count as u64;
-        self.retained_bytes += bytes.len() as u64;
+        self.retained_bytes += len;
         self.batches.push_back((base_offset, bytes));
+        match self.segments.back_mut().filter(|segment| !segment.sealed) {
+            Some(active) => {
+                active.end_offset = self.next_offset;
+                active.bytes += len;
+                active.newest_timestamp = timestamp_us;
+            }
+            None => self.segments.push_back(SegmentSpan {
+                start_offset: base_offset,
+                end_offset: self.next_offset,
+                bytes: len,
+                newest_timestamp: timestamp_us,
+                sealed: false,
+            }),
+        }
+        let active = self.segments.back_mut().expect("just appended to");
+        active.sealed = active.bytes >= retention.segment_size;
+        self.apply_retention(retention, timestamp_us);
         while self.retained_bytes > RETAINED_BYTES_MAX && self.batches.len() > 1 {
-            let (_, oldest) = self.batches.pop_front().expect("more than one batch");
-            self.retained_bytes -= oldest.len() as u64;
-            self.first_offset = self.batches.front().expect("one left").0;
+            self.drop_oldest_batch();
         }
         Ok(SendReply { partition, base_offset, message_count: count })
+    }
+
+    /// Drops the oldest sealed segments that the topic's expiry or size no longer keeps, all but
+    /// the newest.
+    fn apply_retention(&mut self, retention: Retention, now_us: u64) {
+        // The newest segment stays even once sealed: retention never empties a partition, so a
+        // consumer always finds where the log goes on.
+        while let Some(oldest) =
+            self.segments.front().copied().filter(|segment| segment.sealed && self.segments.len() > 1)
+        {
+            let expired = retention.message_expiry_us != 0
+                && oldest.newest_timestamp.saturating_add(retention.message_expiry_us) <= now_us;
+            let oversize = retention.max_bytes != 0 && self.retained_bytes > retention.max_bytes;
+            if !expired && !oversize {
+                return;
+            }
+            while self.batches.front().is_some_and(|(base, _)| *base < oldest.end_offset) {
+                self.drop_oldest_batch();
+            }
+            self.segments_expired += 1;
+        }
+    }
+
+    /// Drops the oldest batch, and its segment with it when it was the segment's last.
+    fn drop_oldest_batch(&mut self) {
+        let (_, oldest) = self.batches.pop_front().expect("a batch to drop");
+        let len = oldest.len() as u64;
+        self.retained_bytes -= len;
+        self.first_offset = self.batches.front().map_or(self.next_offset, |(base, _)| *base);
+        let segment = self.segments.front_mut().expect("every batch is in a segment");
+        segment.start_offset = self.first_offset;
+        segment.bytes -= len;
+        if segment.start_offset == segment.end_offset {
+            self.segments.pop_front();
+        }
     }
 
     /// The first offset at or after `timestamp_us`, or the end.
@@ -241,10 +327,12 @@ impl PartitionMachine {
             return encode_status(Some(PartitionStatus::Malformed));
         };
         match request {
-            PartitionRequest::Send { partition, batch } => match self.send(partition, batch, timestamp_us) {
-                Ok(reply) => encode_send_reply(&reply),
-                Err(status) => encode_status(Some(status)),
-            },
+            PartitionRequest::Send { partition, retention, batch } => {
+                match self.send(partition, retention, batch, timestamp_us) {
+                    Ok(reply) => encode_send_reply(&reply),
+                    Err(status) => encode_status(Some(status)),
+                }
+            }
             PartitionRequest::Poll { partition, consumer, strategy, count, auto_commit } => {
                 match self.poll(partition, consumer, strategy, count, auto_commit) {
                     Ok(reply) => encode_poll_reply(&reply),
@@ -268,6 +356,7 @@ impl PartitionMachine {
             },
             PartitionRequest::Purge { .. } => {
                 self.batches.clear();
+                self.segments.clear();
                 self.retained_bytes = 0;
                 self.first_offset = self.next_offset;
                 encode_status(None)
@@ -287,6 +376,15 @@ impl PartitionMachine {
         } else {
             assert_eq!(self.first_offset, self.next_offset);
         }
+        let mut start = self.first_offset;
+        for (index, segment) in self.segments.iter().enumerate() {
+            assert_eq!(segment.start_offset, start, "segments are contiguous from the first offset");
+            assert!(segment.start_offset < segment.end_offset, "no segment is empty");
+            assert!(segment.sealed || index + 1 == self.segments.len(), "only the last segment is active");
+            start = segment.end_offset;
+        }
+        assert_eq!(start, self.next_offset, "the segments cover every batch");
+        assert_eq!(self.segments.iter().map(|segment| segment.bytes).sum::<u64>(), self.retained_bytes);
     }
 }
 
@@ -310,10 +408,10 @@ impl StateMachine for PartitionMachine {
     /// Stamps a send's batch where the log will hold it, so that the prepare carries the
     /// stored bytes. The cursor is the offset the next message gets.
     fn prepare(&self, cursor: u64, timestamp: u64, request: &Header, body: &mut [u8]) -> u64 {
-        if request.operation != OPERATION_SEND_MESSAGES || body.len() < SEND_BATCH_AT {
+        if request.operation != OPERATION_SEND_MESSAGES {
             return cursor;
         }
-        let partition = u32::from_le_bytes(body[..SEND_BATCH_AT].try_into().expect("four bytes"));
+        let Ok((partition, _)) = decode_send_head(body) else { return cursor };
         let timestamp_us = timestamp / 1000;
         let batch = &mut body[SEND_BATCH_AT..];
         // A batch that does not stamp is left as it is (or half stamped): `stamped_send` refuses
@@ -338,6 +436,14 @@ impl StateMachine for PartitionMachine {
         for (_, batch) in &self.batches {
             bytes.extend_from_slice(batch);
         }
+        // A segment's start and size follow from the batches; its end, age and seal do not.
+        bytes.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
+        for segment in &self.segments {
+            bytes.extend_from_slice(&segment.end_offset.to_le_bytes());
+            bytes.extend_from_slice(&segment.newest_timestamp.to_le_bytes());
+            bytes.push(segment.sealed as u8);
+        }
+        bytes.extend_from_slice(&self.segments_expired.to_le_bytes());
         bytes.extend_from_slice(&(self.consumer_offsets.len() as u32).to_le_bytes());
         for (consumer, offset) in &self.consumer_offsets {
             let (kind, id) = match consumer {
@@ -373,6 +479,36 @@ impl StateMachine for PartitionMachine {
         if expected != next_offset {
             return None;
         }
+        let segment_count = cursor.u32()? as usize;
+        if segment_count > machine.batches.len() {
+            return None;
+        }
+        let mut batches = machine.batches.iter().peekable();
+        let mut start_offset = first_offset;
+        for index in 0..segment_count {
+            let end_offset = cursor.u64()?;
+            let newest_timestamp = cursor.u64()?;
+            let sealed = match cursor.take(1)?[0] {
+                0 if index + 1 == segment_count => false,
+                1 => true,
+                _ => return None,
+            };
+            let mut bytes = 0u64;
+            while let Some((base, batch)) = batches.next_if(|(base, _)| *base < end_offset) {
+                debug_assert!(*base >= start_offset);
+                bytes += batch.len() as u64;
+            }
+            let at_boundary = batches.peek().map_or(next_offset, |(base, _)| *base) == end_offset;
+            if end_offset <= start_offset || !at_boundary {
+                return None;
+            }
+            machine.segments.push_back(SegmentSpan { start_offset, end_offset, bytes, newest_timestamp, sealed });
+            start_offset = end_offset;
+        }
+        if start_offset != next_offset {
+            return None;
+        }
+        machine.segments_expired = cursor.u64()?;
         let consumers = cursor.u32()? as usize;
         if consumers > CONSUMERS_MAX {
             return None;
@@ -438,11 +574,17 @@ mod tests {
     }
 
     fn send(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>) {
+        send_kept(machine, op, ids, Retention::default());
+    }
+
+    /// A send at op `op` (its prepare timestamp is `op` milliseconds) under `retention`.
+    fn send_kept(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>, retention: Retention) {
         let mut builder = BatchBuilder::new();
         for id in ids {
             builder.push(id, &id.to_le_bytes(), b"");
         }
-        apply(machine, op, &PartitionRequest::Send { partition: 0, batch: builder.finish(0) });
+        let reply = apply(machine, op, &PartitionRequest::Send { partition: 0, retention, batch: builder.finish(0) });
+        assert_eq!(reply[..4], [0; 4], "the send is stored");
     }
 
     fn ids(batches: &[u8], from: u64, to: u64) -> Vec<u128> {
@@ -513,7 +655,7 @@ mod tests {
         let mut machine = PartitionMachine::empty();
         send(&mut machine, 1, 10..13);
         let batch = BatchBuilder::new().message(20, b"twenty", b"").message(21, b"", b"h").finish(0);
-        let mut body = PartitionRequest::Send { partition: 0, batch }.encode();
+        let mut body = PartitionRequest::Send { partition: 0, retention: Retention::default(), batch }.encode();
         let mut header = Header::new(Command::Request, 1, 0);
         header.operation = OPERATION_SEND_MESSAGES;
         let cursor = machine.prepare(machine.prepare_cursor(), 2_000_000, &header, &mut body);
@@ -533,7 +675,8 @@ mod tests {
         let mut machine = PartitionMachine::empty();
         send(&mut machine, 1, 10..12);
         let valid = BatchBuilder::new().message(1, b"x", b"").finish(0);
-        let mut truncated = PartitionRequest::Send { partition: 0, batch: valid.clone() }.encode();
+        let mut truncated =
+            PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: valid.clone() }.encode();
         truncated.pop();
         let (cursor, reply) = apply_bytes(&mut machine, 2, OPERATION_SEND_MESSAGES, truncated);
         assert_eq!((cursor, machine.next_offset()), (2, 2));
@@ -543,7 +686,7 @@ mod tests {
         batch::stamp(&mut elsewhere, 0, 0, 3_000).unwrap();
         let mut header = Header::new(Command::Request, 1, 0);
         header.operation = OPERATION_SEND_MESSAGES;
-        let body = PartitionRequest::Send { partition: 0, batch: elsewhere }.encode();
+        let body = PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: elsewhere }.encode();
         let reply = machine.apply(3, 3_000_000, &header, 0, &body);
         assert_eq!(reply, encode_status(Some(PartitionStatus::InvalidBatch)));
         assert_eq!(machine.next_offset(), 2);
@@ -563,7 +706,7 @@ mod tests {
                 for id in 0..messages {
                     builder.push(id as u128, &[7; 9][..id], b"");
                 }
-                let mut body = PartitionRequest::Send { partition: 0, batch: builder.finish(0) }.encode();
+                let mut body = PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: builder.finish(0) }.encode();
                 if let Some(at) = damage {
                     let at = at % body.len();
                     body[at] ^= 0x41;
@@ -572,5 +715,84 @@ mod tests {
                 proptest::prop_assert_eq!(cursor, machine.next_offset());
             }
         }
+    }
+
+    /// Bytes of a one-message batch as `send_kept` sends them.
+    fn one_batch_len() -> u64 {
+        BatchBuilder::new().message(0, &0u128.to_le_bytes(), b"").finish(0).len() as u64
+    }
+
+    /// Sends of one message at ops `ops` (prepared `op` milliseconds in) under `retention`.
+    fn send_singles(machine: &mut PartitionMachine, ops: std::ops::RangeInclusive<u64>, retention: Retention) {
+        for op in ops {
+            send_kept(machine, op, op as u128..op as u128 + 1, retention);
+        }
+    }
+
+    /// Expiry goes by whole sealed segments and by the prepare's timestamp: a segment goes once
+    /// its newest batch is older than the expiry, the newest one never.
+    #[test]
+    fn expiry_drops_sealed_segments_by_the_sends_timestamp() {
+        let mut machine = PartitionMachine::empty();
+        // Two one-message batches a segment; messages live 2.5 ms.
+        let retention = Retention { segment_size: 2 * one_batch_len(), message_expiry_us: 2_500, max_bytes: 0 };
+        send_singles(&mut machine, 1..=4, retention);
+        // At 4 ms: segment [0, 2) is newest at 2 ms, not expired yet; [2, 4) is sealed too.
+        assert_eq!((machine.first_offset(), machine.segments.len()), (0, 2));
+        send_kept(&mut machine, 5, 5..6, retention);
+        assert_eq!(machine.first_offset(), 2, "[0, 2) expired at 4.5 ms; [2, 4) lives to 6.5 ms");
+        send_kept(&mut machine, 9, 9..10, retention);
+        // At 9 ms [2, 4) is past its 6.5 ms; [4, 6) was sealed now, newest at 9 ms: kept.
+        assert_eq!((machine.first_offset(), machine.next_offset(), machine.segments_expired()), (4, 6, 2));
+        let never = Retention { message_expiry_us: 1, ..retention };
+        send_kept(&mut machine, 100, 100..101, never);
+        assert_eq!(machine.first_offset(), 6, "the newest segment stays, however old its messages");
+        assert_eq!(machine.next_offset(), 7);
+    }
+
+    /// The size limit drops the oldest sealed segments while the partition holds more; a poll
+    /// from a consumer whose offset went starts at the first message still held.
+    #[test]
+    fn the_size_limit_drops_the_oldest_segments_and_polls_go_on_from_what_is_left() {
+        let mut machine = PartitionMachine::empty();
+        let one_batch = one_batch_len();
+        let retention = Retention { segment_size: one_batch, message_expiry_us: 0, max_bytes: 3 * one_batch };
+        let consumer = ConsumerKey::Consumer(3);
+        let poll = PartitionRequest::Poll {
+            partition: 0,
+            consumer,
+            strategy: PollingStrategy::Next,
+            count: 1,
+            auto_commit: true,
+        };
+        send_kept(&mut machine, 1, 0..1, retention);
+        decode_poll_reply(&apply(&mut machine, 2, &poll)).unwrap();
+        send_singles(&mut machine, 3..=8, retention);
+        assert_eq!((machine.first_offset(), machine.next_offset()), (4, 7));
+        assert!(machine.retained_bytes() <= retention.max_bytes);
+        let reply = decode_poll_reply(&apply(&mut machine, 9, &poll)).unwrap();
+        assert_eq!((reply.start, reply.count), (4, 1), "offset 1 is gone: the poll starts at the first held");
+    }
+
+    /// A checkpoint keeps the segments (ends, ages, seals): a restored state retains exactly as
+    /// the original would, and a snapshot whose segments do not fit its batches is refused.
+    #[test]
+    fn a_snapshot_keeps_the_segments_and_refuses_ones_that_do_not_fit() {
+        let mut machine = PartitionMachine::empty();
+        let one_batch = one_batch_len();
+        let retention = Retention { segment_size: 2 * one_batch, message_expiry_us: 3_000, max_bytes: 0 };
+        send_singles(&mut machine, 1..=5, retention);
+        let snapshot = machine.snapshot();
+        let mut restored = PartitionMachine::restore(&snapshot).expect("a snapshot restores");
+        assert_eq!(restored, machine);
+        send_kept(&mut machine, 7, 7..8, retention);
+        send_kept(&mut restored, 7, 7..8, retention);
+        assert_eq!(restored, machine);
+        // The segment count sits after the batches; claim one segment more than there are.
+        let at = 28 + machine.batches().map(<[u8]>::len).sum::<usize>() - one_batch as usize;
+        let mut garbage = snapshot.clone();
+        let count = u32::from_le_bytes(garbage[at..at + 4].try_into().unwrap());
+        garbage[at..at + 4].copy_from_slice(&(count + 1).to_le_bytes());
+        assert_eq!(PartitionMachine::restore(&garbage), None);
     }
 }

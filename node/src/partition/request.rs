@@ -2,8 +2,11 @@
 //! layouts that the node builds from a client's `PROTOCOL.md` request once it has routed it
 //! (stream and topic resolved, the partition chosen). All integers little-endian.
 //!
-//! - `OPERATION_SEND_MESSAGES` (160): partition u32, then one batch: unstamped as the node builds
-//!   it, stamped in place by the primary as it prepares it (`PartitionMachine::prepare`).
+//! - `OPERATION_SEND_MESSAGES` (160): partition u32, the topic's retention (segment_size u64,
+//!   message_expiry u64 in microseconds, max_bytes u64 for this partition; 0 is no limit for the
+//!   last two), then one batch: unstamped as the node builds it, stamped in place by the primary
+//!   as it prepares it (`PartitionMachine::prepare`). The retention travels in the send so that
+//!   every replica applies the one its op carries, whatever metadata its node has seen.
 //!   Reply: status u32, partition u32, base_offset u64, message_count u32.
 //! - `OPERATION_STORE_CONSUMER_OFFSET` (161): partition u32, consumer, offset u64. Reply: status.
 //! - `OPERATION_DELETE_CONSUMER_OFFSET` (162): partition u32, consumer. Reply: status.
@@ -34,8 +37,26 @@ pub const OPERATION_POLL_MESSAGES: u8 = 163;
 pub const OPERATION_GET_CONSUMER_OFFSET: u8 = 164;
 pub const OPERATION_PURGE: u8 = 165;
 
-/// Where a send's batch starts in its body (after the partition).
-pub const SEND_BATCH_AT: usize = 4;
+/// Where a send's batch starts in its body (after the partition and the retention).
+pub const SEND_BATCH_AT: usize = 4 + 24;
+
+/// A topic's retention as one partition applies it, in the send that carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// A segment is sealed once it holds this many bytes of batches (never 0).
+    pub segment_size: u64,
+    /// Sealed segments whose newest batch is older than this go; 0 keeps them.
+    pub message_expiry_us: u64,
+    /// The oldest sealed segments go while the partition holds more; 0 is unlimited.
+    pub max_bytes: u64,
+}
+
+impl Default for Retention {
+    /// Iggy's topic defaults: 1 GiB segments, kept forever.
+    fn default() -> Retention {
+        Retention { segment_size: 1 << 30, message_expiry_us: 0, max_bytes: 0 }
+    }
+}
 
 /// Whose offset: a single consumer or a consumer group (their ids are separate spaces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -57,7 +78,7 @@ impl ConsumerKey {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PartitionRequest {
-    Send { partition: u32, batch: Vec<u8> },
+    Send { partition: u32, retention: Retention, batch: Vec<u8> },
     StoreOffset { partition: u32, consumer: ConsumerKey, offset: u64 },
     DeleteOffset { partition: u32, consumer: ConsumerKey },
     Poll { partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32, auto_commit: bool },
@@ -116,6 +137,22 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// A send's partition and retention, the part of its body before the batch: `decode` and
+/// `PartitionMachine::prepare` both read a send by this, so they agree on which bodies are sends.
+pub fn decode_send_head(body: &[u8]) -> Result<(u32, Retention), RequestError> {
+    let mut reader = Reader { bytes: body, offset: 0 };
+    let partition = reader.u32("partition")?;
+    let at = reader.offset;
+    let segment_size = reader.u64("segment_size")?;
+    if segment_size == 0 {
+        return Err(RequestError::Invalid { offset: at, what: "segment_size" });
+    }
+    let message_expiry_us = reader.u64("message_expiry")?;
+    let max_bytes = reader.u64("max_bytes")?;
+    debug_assert_eq!(reader.offset, SEND_BATCH_AT);
+    Ok((partition, Retention { segment_size, message_expiry_us, max_bytes }))
+}
+
 impl PartitionRequest {
     pub fn operation(&self) -> u8 {
         match self {
@@ -143,7 +180,12 @@ impl PartitionRequest {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&self.partition().to_le_bytes());
         match self {
-            PartitionRequest::Send { batch, .. } => bytes.extend_from_slice(batch),
+            PartitionRequest::Send { retention, batch, .. } => {
+                for word in [retention.segment_size, retention.message_expiry_us, retention.max_bytes] {
+                    bytes.extend_from_slice(&word.to_le_bytes());
+                }
+                bytes.extend_from_slice(batch)
+            }
             PartitionRequest::StoreOffset { consumer, offset, .. } => {
                 consumer.encode(&mut bytes);
                 bytes.extend_from_slice(&offset.to_le_bytes());
@@ -175,9 +217,9 @@ impl PartitionRequest {
         let partition = reader.u32("partition")?;
         let request = match operation {
             OPERATION_SEND_MESSAGES => {
-                let batch = body[reader.offset..].to_vec();
+                let (partition, retention) = decode_send_head(body)?;
                 reader.offset = body.len();
-                PartitionRequest::Send { partition, batch }
+                PartitionRequest::Send { partition, retention, batch: body[SEND_BATCH_AT..].to_vec() }
             }
             OPERATION_STORE_CONSUMER_OFFSET => {
                 let consumer = reader.consumer()?;
@@ -371,8 +413,13 @@ mod tests {
             Just(PollingStrategy::Next),
         ];
         prop_oneof![
-            (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..64))
-                .prop_map(|(partition, batch)| PartitionRequest::Send { partition, batch }),
+            (any::<u32>(), 1..u64::MAX, any::<(u64, u64)>(), proptest::collection::vec(any::<u8>(), 0..64)).prop_map(
+                |(partition, segment_size, (message_expiry_us, max_bytes), batch)| PartitionRequest::Send {
+                    partition,
+                    retention: Retention { segment_size, message_expiry_us, max_bytes },
+                    batch
+                }
+            ),
             (any::<u32>(), consumer(), any::<u64>()).prop_map(|(partition, consumer, offset)| {
                 PartitionRequest::StoreOffset { partition, consumer, offset }
             }),

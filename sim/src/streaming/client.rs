@@ -22,6 +22,7 @@
 
 use std::collections::BTreeMap;
 
+use super::scenario::TopicRetention;
 use vireo_node::metadata_plane::operation_of;
 use vireo_node::node::{OPERATION_LOGOUT, OPERATION_NON_REPLICATED};
 use vireo_node::partition::request::OPERATION_SEND_MESSAGES;
@@ -285,6 +286,7 @@ pub struct StreamClient {
     pub initial_partitions: u32,
     /// The durability mode the administrator creates and updates topics with.
     pub enforce_fsync: bool,
+    pub retention: TopicRetention,
     /// Messages in one send: 1 to one less than this.
     pub batch_messages_max: u32,
     /// Values of a send this client just started, for the checker (taken by the cluster).
@@ -342,16 +344,23 @@ impl StreamClient {
             next_node: first_node,
             initial_partitions: 1,
             enforce_fsync: true,
+            retention: TopicRetention::KEEP,
             batch_messages_max: 200,
             invoked: None,
             observations: Vec::new(),
         }
     }
 
-    /// The options of every topic the administrator creates or updates: the run's durability.
+    /// The options of every topic the administrator creates or updates: the run's durability
+    /// and retention.
     fn topic_options(&self) -> wire::Options {
-        let pairs = vec![("enforce_fsync".to_string(), wire::OptionValue::Bool(self.enforce_fsync))];
-        wire::Options::new(pairs).expect("one short option")
+        let mut pairs = vec![("enforce_fsync".to_string(), wire::OptionValue::Bool(self.enforce_fsync))];
+        if self.retention != TopicRetention::KEEP {
+            pairs.push(("segment_size".to_string(), wire::OptionValue::U64(self.retention.segment_size)));
+            pairs.push(("message_expiry".to_string(), wire::OptionValue::U64(self.retention.message_expiry_us)));
+            pairs.push(("max_topic_size".to_string(), wire::OptionValue::U64(self.retention.max_topic_size)));
+        }
+        wire::Options::new(pairs).expect("four short options")
     }
 
     /// The producer or consumer number the checker knows this client by.
@@ -387,6 +396,21 @@ impl StreamClient {
                 ends.iter().all(|(partition, end)| self.positions.get(partition).copied().unwrap_or(0) >= *end)
             }
         }
+    }
+
+    /// What keeps this client from being done, for a liveness report.
+    pub fn waiting_on(&self, ends: &BTreeMap<u32, u64>) -> String {
+        let mut what =
+            format!("{} {:?} pending={:?} finishing={}", self.index, self.role, self.pending.is_some(), self.finishing);
+        match self.role {
+            Role::Admin => {
+                what += &format!(" steps={:?}", self.admin_steps.iter().map(|step| step.name()).collect::<Vec<_>>())
+            }
+            Role::Producer => what += &format!(" budget={}", self.budget),
+            Role::Consumer { .. } => what += &format!(" positions={:?} ends={ends:?}", self.positions),
+            Role::Member => {}
+        }
+        what
     }
 
     /// The cluster opened the connection this client asked for.

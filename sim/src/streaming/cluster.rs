@@ -143,6 +143,9 @@ pub struct StreamingCounters {
     /// Replicas that took a peer's checkpoint (state transfer), and the chunks it took them.
     pub state_transfers: u64,
     pub checkpoint_chunks: u64,
+    /// Segments and messages retention dropped, on node 0 at the end (its partitions' sum).
+    pub segments_retained_away: u64,
+    pub messages_retained_away: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -410,10 +413,13 @@ impl StreamingCluster {
             let mut client = StreamClient::new(index, new_client_id(&mut rng), role, identity, budget, first_node);
             client.initial_partitions = scenario.partitions;
             client.enforce_fsync = scenario.core.enforce_fsync;
+            client.retention = scenario.retention;
             clients.push(client);
         }
         let client_ids = clients.iter().map(|client| client.id).collect();
         let faults = scenario.core.fault_level != crate::scenario::FaultLevel::None;
+        let checker =
+            if scenario.retention.trims() { KafkaLogChecker::with_retention() } else { KafkaLogChecker::new() };
         let mut cluster = StreamingCluster {
             quiet: crate::cluster::quiet_rates(&scenario.core.faults),
             max_down: (n as usize / 2).max(1),
@@ -429,7 +435,7 @@ impl StreamingCluster {
             connections: BTreeMap::new(),
             connection_next: 1,
             lurkers: Vec::new(),
-            checker: KafkaLogChecker::new(),
+            checker,
             access: AccessChecker::new(),
             node_config,
             faults,
@@ -1255,16 +1261,19 @@ impl StreamingCluster {
             for (namespace, replica) in shard.partitions() {
                 let (stream, topic, partition) = namespace.unpack();
                 let mut messages = Vec::new();
+                let start = replica.state_machine().first_offset();
+                self.counters.segments_retained_away += replica.state_machine().segments_expired();
+                self.counters.messages_retained_away += start;
                 for batch in replica.state_machine().batches() {
                     for message in vireo_storage::batch::messages(batch).map_err(|error| error.to_string())? {
                         messages.push((message.offset, message.id));
                     }
                 }
-                reads.push((PartitionKey { stream, topic, partition }, messages));
+                reads.push((PartitionKey { stream, topic, partition }, start, messages));
             }
         }
-        for (partition, messages) in reads {
-            self.checker.final_read(partition, &messages).map_err(|anomaly| anomaly.to_string())?;
+        for (partition, start, messages) in reads {
+            self.checker.final_read(partition, start, &messages).map_err(|anomaly| anomaly.to_string())?;
         }
         self.checker.finish().map_err(|anomaly| anomaly.to_string())?;
         Ok(())
@@ -1304,8 +1313,8 @@ impl StreamingCluster {
             }
         }
         let ends = self.partition_ends();
-        let waiting: Vec<usize> =
-            self.clients.iter().filter(|client| !client.done(&ends)).map(|client| client.index).collect();
+        let waiting: Vec<String> =
+            self.clients.iter().filter(|client| !client.done(&ends)).map(|client| client.waiting_on(&ends)).collect();
         let _ = write!(report, " clients_waiting={waiting:?}");
         report
     }

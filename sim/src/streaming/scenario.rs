@@ -27,7 +27,49 @@ pub struct StreamingScenario {
     pub lurkers: u8,
     /// Client connections one shard of a node holds; small in some runs, so lurkers fill it.
     pub connections_per_shard_max: usize,
+    /// The topics' retention, racing the consumers.
+    pub retention: TopicRetention,
 }
+
+/// The retention options every topic of a run is created with (`PROTOCOL.md` topic options).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicRetention {
+    pub segment_size: u64,
+    /// Microseconds; 0 keeps messages forever.
+    pub message_expiry_us: u64,
+    /// Bytes for the whole topic; 0 is unlimited.
+    pub max_topic_size: u64,
+}
+
+impl TopicRetention {
+    /// Iggy's defaults: nothing ever goes.
+    pub const KEEP: TopicRetention = TopicRetention { segment_size: 1 << 30, message_expiry_us: 0, max_topic_size: 0 };
+
+    pub fn trims(&self) -> bool {
+        self.message_expiry_us != 0 || self.max_topic_size != 0
+    }
+
+    /// From the seed alone (not the RNG), so that every recorded seed replays its other draws as
+    /// found. A third of the runs keep everything; the rest seal segments of 512 B to 4 KiB (runs
+    /// move tens of kilobytes, so each partition seals many) and expire messages after 2 to 30
+    /// simulated seconds, or hold a topic to a few segments, or both.
+    fn draw(seed: u64) -> TopicRetention {
+        let hash = vireo_storage::checksum::checksum64(&(seed ^ RETENTION_SALT).to_le_bytes());
+        if hash.is_multiple_of(3) {
+            return TopicRetention::KEEP;
+        }
+        let segment_size = [512u64, 1024, 2048, 4096][(hash >> 8) as usize % 4];
+        let expiry_s = [0u64, 2, 5, 10, 30][(hash >> 16) as usize % 5];
+        let max_segments = [0u64, 4, 16, 64][(hash >> 24) as usize % 4];
+        TopicRetention {
+            segment_size,
+            message_expiry_us: expiry_s * 1_000_000,
+            max_topic_size: max_segments * segment_size,
+        }
+    }
+}
+
+const RETENTION_SALT: u64 = 0x5245_5445_4e54_494f;
 
 impl StreamingScenario {
     pub fn draw(seed: u64, overrides: &Overrides, rng: &mut SimRng) -> StreamingScenario {
@@ -68,6 +110,7 @@ impl StreamingScenario {
             // bursts fill it (a bound that starves clients forever would fail liveness, not the
             // node).
             connections_per_shard_max: if rng.chance(300_000) { clients + 1 } else { 64 },
+            retention: TopicRetention::draw(seed),
             core,
         }
     }
@@ -78,7 +121,8 @@ impl fmt::Display for StreamingScenario {
         write!(
             f,
             "workload=streaming nodes={} shards={} partitions={}..{} producers={} consumers={} members={} \
-             lurkers={} connections_per_shard={} sends_per_producer={} | {}",
+             lurkers={} connections_per_shard={} sends_per_producer={} segment_size={} message_expiry_us={} \
+             max_topic_size={} | {}",
             self.core.replica_count,
             self.shards,
             self.partitions,
@@ -89,6 +133,9 @@ impl fmt::Display for StreamingScenario {
             self.lurkers,
             self.connections_per_shard_max,
             self.sends_per_producer,
+            self.retention.segment_size,
+            self.retention.message_expiry_us,
+            self.retention.max_topic_size,
             self.core
         )
     }
