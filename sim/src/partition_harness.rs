@@ -9,7 +9,8 @@
 use vireo_io::{Io, Namespace};
 use vireo_storage::batch::{self, BatchBuilder};
 use vireo_storage::partition::{
-    PartitionConfig, PartitionEvent, PartitionLog, ReadBatches, ReadRequest, ReadStart, RecoveryReport, Status,
+    OwnerClaim, PartitionConfig, PartitionEvent, PartitionLog, ReadBatches, ReadRequest, ReadStart, RecoveryReport,
+    Status,
 };
 
 use crate::local::LocalWorld;
@@ -38,12 +39,27 @@ pub struct PartitionHarness {
     pub lost: Vec<(u64, u64)>,
     /// The base offset of every batch appended and not cut, in order.
     pub batch_bases: Vec<u64>,
+    /// The log's superblock is the harness's (`PartitionLog::open_owned`).
+    owned: bool,
 }
 
 impl PartitionHarness {
     pub fn new(world: LocalWorld, config: PartitionConfig) -> PartitionHarness {
+        PartitionHarness::start(world, config, None)
+    }
+
+    /// A harness that owns the log's superblock: it opens the log with what it claims
+    /// (`crash_and_reopen_claimed`), as a partition group opens its log from its checkpoint.
+    pub fn new_owned(world: LocalWorld, config: PartitionConfig) -> PartitionHarness {
+        PartitionHarness::start(world, config, Some(OwnerClaim::default()))
+    }
+
+    fn start(world: LocalWorld, config: PartitionConfig, claim: Option<OwnerClaim>) -> PartitionHarness {
         let mut world = world;
-        let log = PartitionLog::open(&mut world, config.clone(), NAMESPACE, OWNER);
+        let log = match claim {
+            Some(claim) => PartitionLog::open_owned(&mut world, config.clone(), NAMESPACE, OWNER, claim),
+            None => PartitionLog::open(&mut world, config.clone(), NAMESPACE, OWNER),
+        };
         let mut harness = PartitionHarness {
             world,
             log,
@@ -57,6 +73,7 @@ impl PartitionHarness {
             reports: Vec::new(),
             lost: Vec::new(),
             batch_bases: Vec::new(),
+            owned: claim.is_some(),
         };
         harness.wait_open();
         harness
@@ -204,19 +221,32 @@ impl PartitionHarness {
     }
 
     /// Power loss, then reopen; checks the durability promise and trims the model to what survived.
+    /// An owned log's claim is what the harness knows: durable to where the log said, retained
+    /// from its first offset.
     pub fn crash_and_reopen(&mut self) -> RecoveryReport {
+        let claim = OwnerClaim { frontier: self.durable, retained_from: self.model_first };
+        self.crash_and_reopen_claimed(claim)
+    }
+
+    /// Power loss, then reopen; an owned log is opened with `claim` (ignored otherwise).
+    pub fn crash_and_reopen_claimed(&mut self, claim: OwnerClaim) -> RecoveryReport {
         self.world.crash();
-        self.log = PartitionLog::open(&mut self.world, self.config.clone(), NAMESPACE, OWNER);
+        self.log = if self.owned {
+            PartitionLog::open_owned(&mut self.world, self.config.clone(), NAMESPACE, OWNER, claim)
+        } else {
+            PartitionLog::open(&mut self.world, self.config.clone(), NAMESPACE, OWNER)
+        };
         self.reads.clear();
         self.wait_open();
         let report = self.reports.last().cloned().expect("opened");
         self.lost.extend(report.damaged.iter().copied());
         let end = self.log.end_offset();
-        // Damage may take synced messages, but never silently.
+        // Damage may take synced messages, but never silently. An owned log promises what its
+        // owner claims.
+        let promised = if self.owned { claim.frontier } else { self.durable };
         assert!(
-            end >= self.durable || report.corrupt,
-            "synced messages lost unreported: durable {} but recovered to {end}",
-            self.durable
+            end >= promised || report.corrupt,
+            "synced messages lost unreported: durable {promised} but recovered to {end}"
         );
         assert!(end <= self.model_end(), "recovered more than was appended");
         self.model.truncate((end - self.model_first) as usize);

@@ -60,8 +60,12 @@ fn config(segment_size: u64, flush_messages: u64, max_size: Option<u64>) -> Part
     }
 }
 
-fn run(seed: u64, config: PartitionConfig, actions: Vec<Action>) {
-    let mut harness = PartitionHarness::new(LocalWorld::new(seed, no_faults(), false), config);
+/// `owned`: the log's superblock is the harness's, which reopens it with what it knows (durable
+/// to where the log said, retained from its first offset), as a partition group does.
+fn run(seed: u64, config: PartitionConfig, actions: Vec<Action>, owned: bool) {
+    let world = LocalWorld::new(seed, no_faults(), false);
+    let mut harness =
+        if owned { PartitionHarness::new_owned(world, config) } else { PartitionHarness::new(world, config) };
     for action in actions {
         match action {
             Action::Append { count, len } => {
@@ -131,7 +135,7 @@ proptest! {
         flush_messages in prop::sample::select(vec![1u64, 16, 1024]),
         actions in prop::collection::vec(action(), 1..80),
     ) {
-        run(seed, config(segment_size, flush_messages, None), actions);
+        run(seed, config(segment_size, flush_messages, None), actions, false);
     }
 
     #[test]
@@ -139,6 +143,16 @@ proptest! {
         seed in any::<u64>(),
         actions in prop::collection::vec(action(), 1..80),
     ) {
-        run(seed, config(4096, 16, Some(12 * 1024)), actions);
+        run(seed, config(4096, 16, Some(12 * 1024)), actions, false);
+    }
+
+    #[test]
+    fn an_owned_log_matches_its_model_across_crashes(
+        seed in any::<u64>(),
+        segment_size in prop::sample::select(vec![4096u64, 16 * 1024]),
+        max_size in prop::sample::select(vec![None, Some(12 * 1024u64)]),
+        actions in prop::collection::vec(action(), 1..80),
+    ) {
+        run(seed, config(segment_size, 16, max_size), actions, true);
     }
 }

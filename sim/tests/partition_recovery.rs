@@ -5,7 +5,7 @@ use vireo_io::{FileId, FileKind};
 use vireo_sim::local::{no_faults, LocalWorld};
 use vireo_sim::partition_harness::{PartitionHarness, NAMESPACE};
 use vireo_storage::offsets::{Consumer, ConsumerOffsets, OffsetsEvent};
-use vireo_storage::partition::{PartitionConfig, ReadError, ReadStart};
+use vireo_storage::partition::{OwnerClaim, PartitionConfig, ReadError, ReadStart};
 
 fn config() -> PartitionConfig {
     PartitionConfig { segment_size: 8192, index_interval_bytes: 1024, ..PartitionConfig::default() }
@@ -451,4 +451,54 @@ fn stamped_appends_must_continue_the_log_and_cuts_must_start_a_batch() {
     assert_eq!(harness.log.truncate(world, 6), Ok(()), "a cut at the end cuts nothing");
     assert_eq!(harness.log.truncate(world, 5), Ok(()));
     assert_eq!(harness.log.end_offset(), 5);
+}
+
+/// An owned log (its superblock is its partition group's) writes no superblock: retention deletes
+/// at once, and a crash reopens it from what its owner claims. A log that starts past the claim's
+/// `retained_from` (retention ran after the owner recorded it) is taken as retained that far.
+#[test]
+fn an_owned_log_writes_no_superblock_and_opens_from_its_owners_claim() {
+    let config = PartitionConfig { max_size: Some(12_000), ..config() };
+    let mut harness = PartitionHarness::new_owned(LocalWorld::new(5, no_faults(), false), config);
+    for _ in 0..20 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    harness.retention(0);
+    let first = harness.log.first_offset();
+    assert!(first > 0, "retention deleted the oldest segments");
+    let files = listing(&harness);
+    assert!(!files.contains("superblock"), "an owned log writes no superblock:\n{files}");
+    assert!(!files.contains(&format!("{:020}.log", 0)), "deleted at once:\n{files}");
+    // The owner recorded the log before retention ran: durable to the end, retained from 0.
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: harness.durable, retained_from: 0 });
+    assert_eq!((report.first_offset, report.end_offset), (first, 200), "{report:?}");
+    assert!(!report.corrupt && report.damaged.is_empty(), "{report:?}");
+    assert_eq!(harness.check_all(), 200 - first);
+    assert!(!listing(&harness).contains("superblock"));
+}
+
+/// The owner's claim is what tells damage from a tear: one flipped bit in the active segment,
+/// below what the owner claims durable, loses only the batch it hits; claimed durable to nothing,
+/// the same flip is a torn tail and cuts the log there.
+#[test]
+fn in_an_owned_log_the_claimed_frontier_tells_damage_from_a_tear() {
+    for (frontier, damaged) in [(40, true), (0, false)] {
+        let mut harness = PartitionHarness::new_owned(LocalWorld::new(6, no_faults(), false), config());
+        for _ in 0..4 {
+            harness.append(10, 100);
+        }
+        sync_and_settle(&mut harness);
+        harness.world.disk.flip_durable_bit(FileId::new(NAMESPACE, FileKind::Segment(0)), 2500);
+        // As in the superblock's case: byte 2500 is in the second batch, offsets 10..20.
+        let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier, retained_from: 0 });
+        if damaged {
+            assert_eq!((report.damaged.clone(), report.end_offset), (vec![(10, 20)], 40), "{report:?}");
+            assert!(report.corrupt);
+            assert_eq!(harness.check_all(), 30);
+        } else {
+            assert_eq!((report.truncated_from, report.end_offset), (Some(10), 10), "{report:?}");
+            assert!(!report.corrupt, "nothing claimed durable was lost: {report:?}");
+        }
+    }
 }

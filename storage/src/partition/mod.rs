@@ -31,6 +31,7 @@ use crate::batch::{self, BatchError, BatchHeader};
 use crate::superblock::{Superblock, VsrState};
 pub use read::{PollingStrategy, ReadBatches, ReadError, ReadRequest, ReadStart};
 pub use recovery::RecoveryReport;
+// (`OwnerClaim` is defined below, beside `open_owned`.)
 use segment::{IndexEntry, Segment};
 pub use truncate::TruncateError;
 
@@ -268,6 +269,18 @@ pub struct PartitionLog {
     tail: VecDeque<(u64, u64, u64, u64)>,
     /// A cut whose file operations wait for its superblock; no write starts meanwhile.
     cut_pending: Option<truncate::PendingCut>,
+    /// The superblock is the owner's (`open_owned`): the log writes none and reads none.
+    owned: bool,
+}
+
+/// What the owner of a log's superblock (`open_owned`) recorded of it: every message below
+/// `frontier` was durable, and nothing below `retained_from` is kept. The owner derives both from
+/// its own durable state (a partition group's checkpoint and WAL), so the log needs no superblock
+/// of its own and never writes one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerClaim {
+    pub frontier: u64,
+    pub retained_from: u64,
 }
 
 impl PartitionLog {
@@ -310,8 +323,29 @@ impl PartitionLog {
             last_timestamp: 0,
             tail: VecDeque::new(),
             cut_pending: None,
+            owned: false,
         };
         log.recovery = Some(recovery::Recovery::start(&mut log, io));
+        log
+    }
+
+    /// A partition log whose superblock belongs to its owner, which says at open what it recorded
+    /// (`claim`). Such a log reads and writes no superblock: whatever the log would record there
+    /// counts as durable at once. So segments that retention or a purge removes are deleted at
+    /// once (after a crash, a log may start past `claim.retained_from`: recovery takes it as
+    /// retained, the owner having removed them), and a cut of synced bytes is the owner's to
+    /// record first.
+    pub fn open_owned(
+        io: &mut impl Io,
+        config: PartitionConfig,
+        namespace: Namespace,
+        owner: u16,
+        claim: OwnerClaim,
+    ) -> PartitionLog {
+        let mut log = PartitionLog::open(io, config, namespace, owner);
+        log.owned = true;
+        log.frontier = claim.frontier;
+        log.retained_from = claim.retained_from;
         log
     }
 
@@ -480,6 +514,10 @@ impl PartitionLog {
         if let Status::Failed(_) = self.status {
             return;
         }
+        if self.owned && self.superblock_wanted && self.superblock_writing.is_none() {
+            // Durable at once: what waits for it (a cut, deletions) goes in this same pump.
+            self.write_superblock(io);
+        }
         self.start_pending_cut(io);
         // The thresholds bound what may wait in memory; an idle device is not kept waiting for
         // them. So a unit goes out at once when no write is in flight, and while writes are in
@@ -559,6 +597,11 @@ impl PartitionLog {
     fn write_superblock(&mut self, io: &mut impl Io) {
         self.superblock_wanted = false;
         let sequence = self.superblock_sequence + 1;
+        if self.owned {
+            self.superblock_writing = Some(sequence);
+            self.on_superblock_durable(io);
+            return;
+        }
         let superblock = Superblock {
             sequence,
             parent_checksum: 0,
@@ -579,6 +622,22 @@ impl PartitionLog {
             FileKind::SuperblockA
         } else {
             FileKind::SuperblockB
+        }
+    }
+
+    /// The superblock being written is durable (or, owned, counts as such): the segments it no
+    /// longer retains go, and a recovery waiting for it finishes.
+    fn on_superblock_durable(&mut self, io: &mut impl Io) {
+        self.superblock_sequence = self.superblock_writing.take().expect("superblock in flight");
+        let durable = self.superblock_sequence;
+        let (due, later) =
+            std::mem::take(&mut self.delete_after_superblock).into_iter().partition(|(at, _)| *at <= durable);
+        self.delete_after_superblock = later;
+        for (_, start_offset) in due {
+            self.delete_segment_files(io, start_offset);
+        }
+        if let Some(recovery) = self.recovery.take() {
+            recovery.finish(self);
         }
     }
 
@@ -628,20 +687,7 @@ impl PartitionLog {
                 }
             }
             Op::SuperblockSync => match completion {
-                Completion::Sync { result: Ok(()), .. } => {
-                    self.superblock_sequence = self.superblock_writing.take().expect("superblock in flight");
-                    let durable = self.superblock_sequence;
-                    let (due, later) = std::mem::take(&mut self.delete_after_superblock)
-                        .into_iter()
-                        .partition(|(at, _)| *at <= durable);
-                    self.delete_after_superblock = later;
-                    for (_, start_offset) in due {
-                        self.delete_segment_files(io, start_offset);
-                    }
-                    if let Some(recovery) = self.recovery.take() {
-                        recovery.finish(self);
-                    }
-                }
+                Completion::Sync { result: Ok(()), .. } => self.on_superblock_durable(io),
                 Completion::Sync { result: Err(error), .. } => self.fail(error),
                 other => panic!("superblock sync completed as {other:?}"),
             },

@@ -164,11 +164,15 @@ impl Recovery {
                         FileKind::Index(start) => {
                             self.indexes.insert(start, size);
                         }
-                        FileKind::SuperblockA | FileKind::SuperblockB => self.superblock_files.push(kind),
+                        // An owned log's superblock is its owner's: the claim stands for it.
+                        FileKind::SuperblockA | FileKind::SuperblockB if !log.owned => self.superblock_files.push(kind),
                         _ => {}
                     }
                 }
                 self.logs.sort();
+                if log.owned {
+                    self.report.frontier = log.frontier;
+                }
                 if self.superblock_files.is_empty() {
                     self.plan(log, io);
                 } else {
@@ -431,19 +435,32 @@ impl Recovery {
     fn plan(&mut self, log: &mut PartitionLog, io: &mut impl Io) {
         let logs = std::mem::take(&mut self.logs);
         let mut kept = Vec::new();
-        for &(start, size) in &logs {
+        for (index, &(start, size)) in logs.iter().enumerate() {
             // A purge moved `retained_from` to the start of the segment after everything it
-            // deleted: anything starting below it is a leftover of that purge.
-            if start < log.retained_from {
+            // deleted: anything starting below it is a leftover of that purge. An owner's claim
+            // may fall inside a segment: only the ones wholly below it go.
+            let below = match logs.get(index + 1) {
+                Some((next, _)) if log.owned => *next <= log.retained_from,
+                None if log.owned => false,
+                _ => start < log.retained_from,
+            };
+            if below {
                 self.delete(log, io, start);
             } else {
                 kept.push((start, size));
             }
         }
+        // An owned log deletes what retention removes at once, before its owner records it: a log
+        // that starts later than the claim says was retained that far.
+        if log.owned {
+            if let Some(&(start, _)) = kept.first().filter(|(start, _)| *start > log.retained_from) {
+                log.retained_from = start;
+            }
+        }
         // The log must start where the superblock says it is retained from. If that segment is
         // gone (a file never synced can vanish in a crash), the ones after it cannot stand alone:
         // their offsets would start with a hole.
-        if kept.first().is_some_and(|(start, _)| *start != log.retained_from) {
+        if kept.first().is_some_and(|(start, _)| *start != log.retained_from && !log.owned) {
             self.report.truncated_from = Some(log.retained_from);
             self.report.segments_dropped = kept.len();
             self.report.truncated_bytes = kept.iter().map(|(_, size)| size).sum();
