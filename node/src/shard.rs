@@ -18,9 +18,11 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Token};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, Header};
-use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine};
+use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
+use vireo_storage::partition::token_owner;
 
 use crate::group_io::{unmark, GroupIo};
+use crate::partition::segment_log::{SegmentLog, LOG_OWNER};
 use crate::partition::PartitionMachine;
 use crate::routing::{group_cluster, primary_offset, shard_of};
 
@@ -77,9 +79,23 @@ struct Group<S: StateMachine> {
     slot: u16,
     /// The partition's incarnation (0 for the metadata group).
     incarnation: u64,
-    /// I/O requests of the group not completed yet.
+    /// I/O requests of the group not completed yet (its replica's and its segment log's).
     in_flight: u32,
     replica: Replica<S>,
+    /// A partition group's segment log (none for the metadata group).
+    segments: Option<SegmentLog>,
+}
+
+impl Group<PartitionMachine> {
+    /// Brings the group's segment log to its machine, once the replica is open and the files are
+    /// its own (a superseded replica's are a newer incarnation's).
+    fn follow(&mut self, io: &mut impl Io) {
+        if self.replica.status() == Status::Opening || self.replica.superseded() {
+            return;
+        }
+        let segments = self.segments.as_mut().expect("a partition group has a segment log");
+        segments.follow(&mut GroupIo::new(io, self.slot, &mut self.in_flight), self.replica.state_machine());
+    }
 }
 
 /// A closed group whose I/O is still in flight: its files are removed once the last completes.
@@ -151,7 +167,7 @@ impl<M: MetadataPlane> Shard<M> {
                 &mut GroupIo::new(io, 0, &mut in_flight),
             );
             shard.slots.insert(0, Namespace::METADATA);
-            shard.metadata = Some(Group { slot: 0, incarnation: 0, in_flight, replica });
+            shard.metadata = Some(Group { slot: 0, incarnation: 0, in_flight, replica, segments: None });
             shard.drain_events(Namespace::METADATA);
         }
         shard
@@ -171,6 +187,13 @@ impl<M: MetadataPlane> Shard<M> {
 
     pub fn partitions(&self) -> impl Iterator<Item = (Namespace, &Replica<PartitionMachine>)> {
         self.partitions.iter().map(|(namespace, group)| (*namespace, &group.replica))
+    }
+
+    /// The segment log of every hosted partition group.
+    pub fn segment_logs(&self) -> impl Iterator<Item = (Namespace, &SegmentLog)> {
+        self.partitions.iter().map(|(namespace, group)| {
+            (*namespace, group.segments.as_ref().expect("a partition group has a segment log"))
+        })
     }
 
     pub fn poll_event(&mut self) -> Option<ShardEvent> {
@@ -197,7 +220,10 @@ impl<M: MetadataPlane> Shard<M> {
             }
         } else {
             match self.partitions.get_mut(&namespace) {
-                Some(group) => group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes),
+                Some(group) => {
+                    group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes);
+                    group.follow(io);
+                }
                 None => self.counters.frames_without_group += 1,
             }
         }
@@ -228,7 +254,14 @@ impl<M: MetadataPlane> Shard<M> {
         } else {
             let group = self.partitions.get_mut(&namespace).expect("slots map onto hosted groups");
             group.in_flight -= 1;
-            group.replica.on_completion(&mut GroupIo::new(io, slot, &mut group.in_flight), completion);
+            let mut group_io = GroupIo::new(io, slot, &mut group.in_flight);
+            if token_owner(completion.token()) == Some(LOG_OWNER) {
+                let segments = group.segments.as_mut().expect("a partition group has a segment log");
+                segments.on_completion(&mut group_io, completion);
+            } else {
+                group.replica.on_completion(&mut group_io, completion);
+            }
+            group.follow(io);
         }
         self.drain_events(namespace);
     }
@@ -242,6 +275,7 @@ impl<M: MetadataPlane> Shard<M> {
         for namespace in namespaces {
             let group = self.partitions.get_mut(&namespace).expect("listed");
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
+            group.follow(io);
             self.drain_events(namespace);
         }
     }
@@ -297,7 +331,8 @@ impl<M: MetadataPlane> Shard<M> {
             let mut in_flight = 0;
             let replica = Replica::open(config, self.config.node, &mut GroupIo::new(io, slot, &mut in_flight));
             self.slots.insert(slot, namespace);
-            self.partitions.insert(namespace, Group { slot, incarnation, in_flight, replica });
+            let segments = Some(SegmentLog::new(namespace, namespace.unpack().2 as u64, self.config.partition.bug));
+            self.partitions.insert(namespace, Group { slot, incarnation, in_flight, replica, segments });
             self.drain_events(namespace);
         }
         assert_eq!(self.slots.len(), self.partitions.len() + self.metadata.is_some() as usize);

@@ -32,10 +32,13 @@ pub enum Bug {
     /// A replica of a group whose durability is enforced acknowledges prepares once written,
     /// before they are synced (it skips the WAL's fdatasyncs).
     AckBeforeSync,
+    /// A node's segment log of a partition never seals where its machine's segments end: its
+    /// files no longer end at the batches every replica's do.
+    SegmentLogIgnoresSeals,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 12] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -47,6 +50,7 @@ impl Bug {
         Bug::RestartDropsDamagedPrepares,
         Bug::PollPastCommit,
         Bug::AckBeforeSync,
+        Bug::SegmentLogIgnoresSeals,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

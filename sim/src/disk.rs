@@ -107,6 +107,8 @@ pub struct SimDisk {
     /// lose durable messages to them and must repair from its peers). Read corruption is not
     /// counted: it is gone at the next read.
     pub segment_damage: u64,
+    /// Bytes of every write submitted, whatever became of it: what the node wrote.
+    pub bytes_written: u64,
     /// Writes completed so far: numbers them for `sync`.
     completed_writes: u64,
     /// Bytes the disk holds at most (all files together); a write that would grow past it
@@ -125,6 +127,7 @@ impl SimDisk {
             latent: BTreeSet::new(),
             faults_injected: 0,
             segment_damage: 0,
+            bytes_written: 0,
             completed_writes: 0,
             capacity: None,
         }
@@ -164,6 +167,7 @@ impl SimDisk {
     }
 
     pub fn submit_write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>) -> u64 {
+        self.bytes_written += bytes.len() as u64;
         let id = self.write_id_next;
         self.write_id_next += 1;
         self.in_flight.push((id, file, offset, bytes));
@@ -348,6 +352,16 @@ impl SimDisk {
     /// Writes submitted and not yet completed.
     pub fn writes_in_flight(&self) -> usize {
         self.in_flight.len()
+    }
+
+    /// The bytes of a file as a read sees them: the durable ones with the writes since laid over.
+    pub fn bytes(&self, file: FileId) -> Vec<u8> {
+        let Some(f) = self.files.get(&file) else { return Vec::new() };
+        let mut bytes = f.durable.clone();
+        for (offset, written, _) in &f.unsynced {
+            apply(&mut bytes, *offset, written);
+        }
+        bytes
     }
 
     /// The bytes of a file that survive a power loss.

@@ -279,6 +279,18 @@ impl PartitionHarness {
         Ok(())
     }
 
+    /// Deletes everything and goes on at `offset` (`PartitionLog::purge_to`); the model follows.
+    pub fn purge_to(&mut self, offset: u64) {
+        self.settle();
+        assert!(self.log.purge_to(&mut self.world, offset), "an idle log purges");
+        self.settle();
+        let end = self.model_end().max(offset);
+        assert_eq!((self.log.first_offset(), self.log.end_offset()), (end, end));
+        self.model.clear();
+        self.model_first = end;
+        self.batch_bases.clear();
+    }
+
     /// Retention as the log applies it; the model follows the first offset.
     pub fn retention(&mut self, now_us: u64) {
         self.log.apply_retention(&mut self.world, now_us);

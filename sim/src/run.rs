@@ -196,7 +196,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              indeterminate={} channel_full_drops={} denials={} assignments_checked={} connections={} \
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
-             segments_retained_away={} messages_retained_away={}",
+             segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
+             disk_bytes_written={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -219,6 +220,9 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.checkpoint_chunks,
             counters.segments_retained_away,
             counters.messages_retained_away,
+            counters.segments_sealed,
+            counters.segment_bytes,
+            counters.disk_bytes_written,
         ));
     }
     report

@@ -502,3 +502,36 @@ fn in_an_owned_log_the_claimed_frontier_tells_damage_from_a_tear() {
         }
     }
 }
+
+/// An owner decides where segments end and which go: `seal` ends the active segment at the
+/// batch the owner says, `retain_from` deletes the sealed segments below an offset, and
+/// `purge_to` skips ahead to where the owner's state is. A crash keeps all three.
+#[test]
+fn an_owner_seals_retains_and_skips_ahead() {
+    let config = PartitionConfig { segment_size: u64::MAX, ..config() };
+    let mut harness = PartitionHarness::new_owned(LocalWorld::new(7, no_faults(), false), config);
+    for batch in 0..6 {
+        harness.append(10, 100);
+        if batch % 2 == 1 {
+            harness.log.seal(&mut harness.world);
+        }
+    }
+    harness.log.seal(&mut harness.world);
+    sync_and_settle(&mut harness);
+    let ends: Vec<(u64, u64, bool)> =
+        harness.log.segments().map(|(start, end, _, sealed)| (start, end, sealed)).collect();
+    assert_eq!(ends, [(0, 20, true), (20, 40, true), (40, 60, true), (60, 60, false)]);
+    // Offset 25 lies inside [20, 40): only [0, 20) is wholly below it.
+    assert_eq!(harness.log.retain_from(&mut harness.world, 25), 1);
+    harness.retention(0);
+    assert_eq!(harness.log.first_offset(), 20);
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 60, retained_from: 20 });
+    assert_eq!((report.first_offset, report.end_offset, report.corrupt), (20, 60, false), "{report:?}");
+    harness.check_all();
+    harness.purge_to(1_000);
+    assert_eq!(harness.append(10, 100), 1_000, "appends go on where the owner skipped to");
+    sync_and_settle(&mut harness);
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 1_010, retained_from: 1_000 });
+    assert_eq!((report.first_offset, report.end_offset, report.corrupt), (1_000, 1_010, false), "{report:?}");
+    assert_eq!(harness.check_all(), 10);
+}

@@ -153,6 +153,19 @@ fn sweep_with(bug: Bug, seeds: u64) -> Vec<(u64, i32, String)> {
         .collect()
 }
 
+/// A node whose segment logs do not seal where their machines' segments end is caught by the
+/// end-of-run check of every node's logs against its machines.
+#[test]
+fn a_segment_log_that_ignores_seals_is_caught() {
+    let caught = sweep_with(Bug::SegmentLogIgnoresSeals, 30);
+    println!("segment log ignores seals: caught by {} of 30 seeds", caught.len());
+    assert!(caught.len() >= 3, "caught by {} of 30 seeds", caught.len());
+    for (seed, code, message) in caught {
+        assert_eq!(code, 129, "seed {seed}: {message}");
+        assert!(message.contains("its segment log does not"), "seed {seed}: {message}");
+    }
+}
+
 /// A front door that admits a send without the send permission is caught by the streaming
 /// sweep: a user that may not send (reader, stranger) gets a send through.
 #[test]

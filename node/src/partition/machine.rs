@@ -108,6 +108,23 @@ impl PartitionMachine {
         self.batches.iter().map(|(_, bytes)| bytes.as_slice())
     }
 
+    /// The batches from the one that starts at `offset` on, each with whether it starts a
+    /// segment; empty when no batch starts there.
+    pub fn batches_from(&self, offset: u64) -> impl Iterator<Item = (u64, &[u8], bool)> {
+        let at = self.batches.partition_point(|(base, _)| *base < offset);
+        let exact = self.batches.get(at).is_some_and(|(base, _)| *base == offset);
+        let mut segments = self.segments.iter().map(|segment| segment.start_offset).peekable();
+        self.batches.range(if exact { at.. } else { self.batches.len().. }).map(move |(base, bytes)| {
+            while segments.next_if(|start| start < base).is_some() {}
+            (*base, bytes.as_slice(), segments.peek() == Some(base))
+        })
+    }
+
+    /// (start, end, sealed) of every segment, oldest first.
+    pub fn segments(&self) -> impl Iterator<Item = (u64, u64, bool)> + '_ {
+        self.segments.iter().map(|segment| (segment.start_offset, segment.end_offset, segment.sealed))
+    }
+
     /// Sealed segments dropped by retention (expiry or size), since this state was created.
     pub fn segments_expired(&self) -> u64 {
         self.segments_expired

@@ -3,5 +3,6 @@
 
 pub mod machine;
 pub mod request;
+pub mod segment_log;
 
 pub use machine::PartitionMachine;

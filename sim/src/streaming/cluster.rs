@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use vireo_io::{Completion, Io, Namespace, Peer, Token, TICK_NS};
+use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer, Token, TICK_NS};
 use vireo_node::metadata_plane::MetadataMachine;
 use vireo_node::node::{Node, NodeConfig, NodeEvent};
 use vireo_node::routing::shard_of;
@@ -146,6 +146,11 @@ pub struct StreamingCounters {
     /// Segments and messages retention dropped, on node 0 at the end (its partitions' sum).
     pub segments_retained_away: u64,
     pub messages_retained_away: u64,
+    /// Node 0's segment logs since its last start: segments sealed, stamped batch bytes appended;
+    /// and every byte node 0's disk was asked to write in the run.
+    pub segments_sealed: u64,
+    pub segment_bytes: u64,
+    pub disk_bytes_written: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -1218,7 +1223,7 @@ impl StreamingCluster {
         if groups.len() != expected.len() + 1 {
             return false;
         }
-        groups.values().all(|replicas| {
+        let agreed = groups.values().all(|replicas| {
             replicas.len() == self.nodes.len()
                 && replicas.iter().all(|(status, view, commit_min, commit_max)| {
                     *status == Status::Normal
@@ -1226,7 +1231,78 @@ impl StreamingCluster {
                         && commit_min == commit_max
                         && *commit_min == replicas[0].2
                 })
-        })
+        });
+        // And every segment log has caught up with its machine, and synced it.
+        agreed
+            && self.nodes.iter().flat_map(|node| node.shards.iter().map(Node::shard)).all(|shard| {
+                shard.segment_logs().zip(shard.partitions()).all(|((_, segments), (_, replica))| {
+                    segments.log().is_some_and(|log| {
+                        log.end_offset() == replica.state_machine().next_offset()
+                            && log.synced_offset() == log.end_offset()
+                    })
+                })
+            })
+    }
+
+    /// Every node's segment logs hold what their machines hold: the same end, the same segment
+    /// boundaries and (on disks without faults) the same bytes, batch by batch.
+    fn check_segment_logs(&self) -> Result<(), String> {
+        for (index, node) in self.nodes.iter().enumerate() {
+            for shard in node.shards.iter().map(Node::shard) {
+                for ((namespace, segments), (_, replica)) in shard.segment_logs().zip(shard.partitions()) {
+                    let machine = replica.state_machine();
+                    let group = group_name(namespace);
+                    let log =
+                        segments.log().ok_or_else(|| format!("node {index}: {group}'s segment log is not open"))?;
+                    if log.end_offset() != machine.next_offset() {
+                        return Err(format!(
+                            "node {index}: {group}'s segment log ends at {}, its machine at {}",
+                            log.end_offset(),
+                            machine.next_offset()
+                        ));
+                    }
+                    let starts: BTreeSet<u64> = machine.segments().map(|(start, ..)| start).collect();
+                    let first = machine.first_offset();
+                    let log_starts: BTreeSet<u64> = log.segments().map(|(start, ..)| start).collect();
+                    let held_from = first.max(log.first_offset());
+                    if let Some(start) = starts.iter().find(|start| **start > held_from && !log_starts.contains(start))
+                    {
+                        return Err(format!(
+                            "node {index}: {group}'s machine starts a segment at {start}, its segment log does not"
+                        ));
+                    }
+                    for (start, end, size, _) in log.segments().collect::<Vec<_>>() {
+                        if start > first && !starts.contains(&start) {
+                            return Err(format!(
+                                "node {index}: {group}'s segment log has a segment at {start}, its machine none"
+                            ));
+                        }
+                        if node.disk.fault_zone.is_some() || end <= first {
+                            continue;
+                        }
+                        let bytes = node.disk.bytes(FileId::new(namespace, FileKind::Segment(start)));
+                        let mut at = 0usize;
+                        while (at as u64) < size {
+                            let header = vireo_storage::batch::validate(&bytes[at..]).map_err(|error| {
+                                format!("node {index}: {group}'s segment {start} at byte {at}: {error}")
+                            })?;
+                            let stored = &bytes[at..at + header.batch_length as usize];
+                            if header.base_offset >= first {
+                                let held = machine.batches_from(header.base_offset).next().map(|(_, batch, _)| batch);
+                                if held != Some(stored) {
+                                    return Err(format!(
+                                        "node {index}: {group}'s segment log holds another batch at offset {}",
+                                        header.base_offset
+                                    ));
+                                }
+                            }
+                            at += header.batch_length as usize;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn run(&mut self) -> Outcome {
@@ -1272,6 +1348,14 @@ impl StreamingCluster {
                 reads.push((PartitionKey { stream, topic, partition }, start, messages));
             }
         }
+        self.check_segment_logs()?;
+        for shard in self.nodes[0].shards.iter().map(Node::shard) {
+            for (_, segments) in shard.segment_logs() {
+                self.counters.segments_sealed += segments.counters.segments_sealed;
+                self.counters.segment_bytes += segments.counters.segment_bytes;
+            }
+        }
+        self.counters.disk_bytes_written = self.nodes[0].disk.bytes_written;
         for (partition, start, messages) in reads {
             self.checker.final_read(partition, start, &messages).map_err(|anomaly| anomaly.to_string())?;
         }

@@ -386,6 +386,12 @@ impl PartitionLog {
         self.segments.iter().map(|segment| (segment.start_offset, segment.end_offset, segment.size, segment.sealed))
     }
 
+    /// I/O requests of this log not completed yet (a failed log is reopened only at 0, so that no
+    /// late completion of the old one reaches the new).
+    pub fn ops_in_flight(&self) -> usize {
+        self.ops.len()
+    }
+
     /// True when nothing is in flight: no unit, write, sync, read, superblock or removal.
     pub fn is_idle(&self) -> bool {
         self.appending.is_none()
@@ -817,18 +823,24 @@ impl PartitionLog {
     /// oldest while the partition is over its size. Never the active segment, never one not yet
     /// synced.
     pub fn apply_retention(&mut self, io: &mut impl Io, now_us: u64) -> usize {
+        let (expiry, max_size) = (self.config.message_expiry_us, self.config.max_size);
+        self.delete_oldest_while(io, |log, oldest| {
+            let expired = expiry.is_some_and(|expiry| oldest.last_timestamp.saturating_add(expiry) <= now_us);
+            let oversized = max_size.is_some_and(|max| log.size() > max);
+            expired || oversized
+        })
+    }
+
+    /// Deletes the oldest segments while `goes` says so of the oldest: never the active
+    /// segment, never one not yet synced. The number deleted.
+    fn delete_oldest_while(&mut self, io: &mut impl Io, goes: impl Fn(&PartitionLog, &Segment) -> bool) -> usize {
         if self.status != Status::Open || self.creates_in_flight > 0 || self.cut_pending.is_some() {
             return 0;
         }
         let mut deleted = 0;
         while let Some(oldest) = self.segments.front() {
             let deletable = oldest.sealed && oldest.end_offset <= self.frontier && self.segments.len() > 1;
-            let expired = self
-                .config
-                .message_expiry_us
-                .is_some_and(|expiry| oldest.last_timestamp.saturating_add(expiry) <= now_us);
-            let oversized = self.config.max_size.is_some_and(|max| self.size() > max);
-            if !deletable || !(expired || oversized) {
+            if !deletable || !goes(self, oldest) {
                 break;
             }
             let segment = self.segments.pop_front().expect("oldest");
@@ -862,15 +874,48 @@ impl PartitionLog {
         self.events.push_back(PartitionEvent::SegmentDeleted { start_offset });
     }
 
+    /// Seals the active segment now, if it holds anything: the next batch starts a new one. An
+    /// owner that decides where segments end (a partition group, whose replicas must all seal at
+    /// the same batch) sets `segment_size` out of reach and seals with this.
+    pub fn seal(&mut self, io: &mut impl Io) {
+        if self.status != Status::Open || self.segments.back().is_none_or(Segment::is_empty) {
+            return;
+        }
+        self.seal_active();
+        self.pump(io);
+    }
+
+    /// Deletes the sealed segments that end at or below `offset`, the oldest first (an owner's
+    /// retention: it decided which messages went). Never the active segment, never one not yet
+    /// synced. The number deleted.
+    pub fn retain_from(&mut self, io: &mut impl Io, offset: u64) -> usize {
+        self.delete_oldest_while(io, |_, oldest| oldest.end_offset <= offset)
+    }
+
     /// Deletes every message: a new, empty segment starts at the current end offset (offsets
     /// never go back). `false` while writes are in flight: purge an idle partition.
     pub fn purge(&mut self, io: &mut impl Io) -> bool {
+        let end = self.end_offset();
+        self.purge_to(io, end)
+    }
+
+    /// Deletes every message and goes on at `offset` (at least the end): the next batch appended
+    /// must start there. An owner whose log must skip what it can no longer get (a group that
+    /// took a checkpoint from a peer past everything this log holds) starts it again there.
+    pub fn purge_to(&mut self, io: &mut impl Io, offset: u64) -> bool {
         if self.status != Status::Open || !self.is_idle() || self.syncing.is_some() || self.creates_in_flight > 0 {
             return false;
         }
-        let end = self.end_offset();
+        let end = self.end_offset().max(offset);
+        if end > self.end_offset() {
+            // Nothing lies between: every offset below `end` the log holds is written and synced.
+            self.written_offset = end;
+            self.synced_offset = end;
+            self.sync_target = end;
+            self.events.push_back(PartitionEvent::Durable { offset: end });
+        }
         // An empty active segment already starts at the end: it stays, and only older ones go.
-        let keep_active = self.segments.back().is_some_and(Segment::is_empty);
+        let keep_active = self.segments.back().is_some_and(|active| active.is_empty() && active.start_offset == end);
         let old_count = self.segments.len() - usize::from(keep_active);
         let old: Vec<u64> = self.segments.drain(..old_count).map(|segment| segment.start_offset).collect();
         self.tail.clear();
