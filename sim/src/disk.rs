@@ -109,6 +109,8 @@ pub struct SimDisk {
     pub segment_damage: u64,
     /// Bytes of every write submitted, whatever became of it: what the node wrote.
     pub bytes_written: u64,
+    /// Writes refused because the disk was full (`capacity`).
+    pub writes_refused_full: u64,
     /// Writes completed so far: numbers them for `sync`.
     completed_writes: u64,
     /// Bytes the disk holds at most (all files together); a write that would grow past it
@@ -128,6 +130,7 @@ impl SimDisk {
             faults_injected: 0,
             segment_damage: 0,
             bytes_written: 0,
+            writes_refused_full: 0,
             completed_writes: 0,
             capacity: None,
         }
@@ -184,6 +187,7 @@ impl SimDisk {
             let growth = (offset + bytes.len() as u64).saturating_sub(current);
             let used: u64 = self.files.values().map(SimFile::len).sum();
             if used + growth > capacity {
+                self.writes_refused_full += 1;
                 return Err(IoError::NoSpace);
             }
         }

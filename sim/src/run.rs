@@ -197,7 +197,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
-             disk_bytes_written={}",
+             disk_bytes_written={} writes_refused_full={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -223,6 +223,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.segments_sealed,
             counters.segment_bytes,
             counters.disk_bytes_written,
+            counters.writes_refused_full,
         ));
     }
     report

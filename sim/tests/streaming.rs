@@ -153,6 +153,28 @@ fn sweep_with(bug: Bug, seeds: u64) -> Vec<(u64, i32, String)> {
         .collect()
 }
 
+/// A quarter of the runs fill one node's disk for a while: its replicas and segment logs are
+/// refused writes (fail-stops, reopened from what is durable), and once space is back the run
+/// converges and passes every check.
+#[test]
+fn full_disks_refuse_writes_and_the_cluster_goes_on() {
+    install_panic_hook();
+    let mut refused_runs = 0;
+    for seed in 0..40 {
+        let report = run_seed(seed, &streaming(), None);
+        assert_eq!(report.exit_code, 0, "seed {seed}: {}", report.message);
+        let counters = report.streaming.expect("a streaming run");
+        let refused: u64 = counters
+            .split_whitespace()
+            .find_map(|pair| pair.strip_prefix("writes_refused_full="))
+            .expect("counted")
+            .parse()
+            .unwrap();
+        refused_runs += u32::from(refused > 0);
+    }
+    assert!(refused_runs >= 5, "only {refused_runs} of 40 runs had writes refused by a full disk");
+}
+
 /// A node whose segment logs do not seal where their machines' segments end is caught by the
 /// end-of-run check of every node's logs against its machines.
 #[test]

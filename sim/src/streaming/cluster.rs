@@ -151,6 +151,8 @@ pub struct StreamingCounters {
     pub segments_sealed: u64,
     pub segment_bytes: u64,
     pub disk_bytes_written: u64,
+    /// Writes refused by full disks, every node.
+    pub writes_refused_full: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -1059,6 +1061,15 @@ impl StreamingCluster {
                 self.nodes[index as usize].restart_at_tick = Some(self.tick + (every / 3).max(1));
             }
         }
+        if let Some(full) = self.scenario.disk_full {
+            let disk = &mut self.nodes[full.node as usize].disk;
+            if self.tick == full.from_tick {
+                // Full from here: what the files hold now is all the space there is.
+                disk.capacity = Some(disk.listing().iter().map(|(_, size)| size).sum());
+            } else if self.tick == full.from_tick + full.ticks {
+                disk.capacity = None;
+            }
+        }
         let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
         self.network.tick(self.tick, &mut self.rng, rates);
         for index in 0..self.nodes.len() as u8 {
@@ -1356,6 +1367,7 @@ impl StreamingCluster {
             }
         }
         self.counters.disk_bytes_written = self.nodes[0].disk.bytes_written;
+        self.counters.writes_refused_full = self.nodes.iter().map(|node| node.disk.writes_refused_full).sum();
         for (partition, start, messages) in reads {
             self.checker.final_read(partition, start, &messages).map_err(|anomaly| anomaly.to_string())?;
         }

@@ -29,7 +29,35 @@ pub struct StreamingScenario {
     pub connections_per_shard_max: usize,
     /// The topics' retention, racing the consumers.
     pub retention: TopicRetention,
+    /// A window in which one node's disk is full: every write that would grow a file fails with
+    /// `NoSpace` until the window ends (space freed), in a quarter of the runs.
+    pub disk_full: Option<DiskFull>,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskFull {
+    pub node: u8,
+    pub from_tick: u64,
+    pub ticks: u64,
+}
+
+impl DiskFull {
+    /// From the seed alone, like the retention: a quarter of the runs fill one node's disk for 1
+    /// to 10 simulated seconds, somewhere in the first half of the safety phase.
+    fn draw(seed: u64, nodes: u8, safety_ticks: u64) -> Option<DiskFull> {
+        let hash = vireo_storage::checksum::checksum64(&(seed ^ DISK_FULL_SALT).to_le_bytes());
+        if !hash.is_multiple_of(4) {
+            return None;
+        }
+        Some(DiskFull {
+            node: ((hash >> 8) % nodes as u64) as u8,
+            from_tick: safety_ticks / 8 + (hash >> 16) % (safety_ticks / 2).max(1),
+            ticks: 100 + (hash >> 40) % 900,
+        })
+    }
+}
+
+const DISK_FULL_SALT: u64 = 0x4449_534b_4655_4c4c;
 
 /// The retention options every topic of a run is created with (`PROTOCOL.md` topic options).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +139,7 @@ impl StreamingScenario {
             // node).
             connections_per_shard_max: if rng.chance(300_000) { clients + 1 } else { 64 },
             retention: TopicRetention::draw(seed),
+            disk_full: DiskFull::draw(seed, core.replica_count, core.safety_ticks),
             core,
         }
     }
@@ -122,7 +151,7 @@ impl fmt::Display for StreamingScenario {
             f,
             "workload=streaming nodes={} shards={} partitions={}..{} producers={} consumers={} members={} \
              lurkers={} connections_per_shard={} sends_per_producer={} segment_size={} message_expiry_us={} \
-             max_topic_size={} | {}",
+             max_topic_size={} disk_full={} | {}",
             self.core.replica_count,
             self.shards,
             self.partitions,
@@ -136,6 +165,8 @@ impl fmt::Display for StreamingScenario {
             self.retention.segment_size,
             self.retention.message_expiry_us,
             self.retention.max_topic_size,
+            self.disk_full
+                .map_or("none".to_string(), |full| format!("n{}@{}+{}", full.node, full.from_tick, full.ticks)),
             self.core
         )
     }
