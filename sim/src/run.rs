@@ -197,7 +197,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
-             disk_bytes_written={} writes_refused_full={}",
+             disk_bytes_written={} writes_refused_full={} segment_logs_cut={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -224,6 +224,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.segment_bytes,
             counters.disk_bytes_written,
             counters.writes_refused_full,
+            counters.segment_logs_cut,
         ));
     }
     report

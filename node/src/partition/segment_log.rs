@@ -40,8 +40,9 @@ pub struct SegmentLogCounters {
     /// Times the log started again at the machine's first offset, having none of its batches.
     pub skips_ahead: u64,
     pub failures: u64,
-    /// Opens whose recovery reported damaged batches (the machine still holds them).
-    pub damaged_opens: u64,
+    /// Opens whose recovery cut the log (a torn tail, or damage: the group claims nothing yet) or
+    /// reported damaged batches; the log takes them again from the machine.
+    pub opens_cut: u64,
 }
 
 pub struct SegmentLog {
@@ -84,8 +85,8 @@ impl SegmentLog {
         while let Some(event) = log.poll_event() {
             match event {
                 PartitionEvent::Opened(report) => {
-                    if !report.damaged.is_empty() {
-                        self.counters.damaged_opens += 1;
+                    if !report.damaged.is_empty() || report.truncated_from.is_some() {
+                        self.counters.opens_cut += 1;
                     }
                     self.opened = Some(report);
                 }

@@ -153,6 +153,8 @@ pub struct StreamingCounters {
     pub disk_bytes_written: u64,
     /// Writes refused by full disks, every node.
     pub writes_refused_full: u64,
+    /// Opens of segment logs (any node, since its last start) whose recovery cut or lost batches.
+    pub segment_logs_cut: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -352,6 +354,9 @@ impl StreamingCluster {
                         Zone::WalPrepares
                     }
                 });
+                // Segment files rot on every other disk too (a single node's included) in half the
+                // seeds: the segment log reports what it lost and takes it again from its machine.
+                let zone = zone.or(scenario.core.faults.partition_rot.then_some(Zone::Partition));
                 SimNode {
                     shards: Vec::new(),
                     disk: SimDisk::new(layout, zone),
@@ -1368,6 +1373,11 @@ impl StreamingCluster {
         }
         self.counters.disk_bytes_written = self.nodes[0].disk.bytes_written;
         self.counters.writes_refused_full = self.nodes.iter().map(|node| node.disk.writes_refused_full).sum();
+        for shard in self.nodes.iter().flat_map(|node| node.shards.iter().map(Node::shard)) {
+            for (_, segments) in shard.segment_logs() {
+                self.counters.segment_logs_cut += segments.counters.opens_cut;
+            }
+        }
         for (partition, start, messages) in reads {
             self.checker.final_read(partition, start, &messages).map_err(|anomaly| anomaly.to_string())?;
         }
