@@ -562,10 +562,13 @@ impl KafkaLogChecker {
             }
         }
         for (partition, record) in &self.partitions {
-            let Some(highest_polled) = record.highest_polled else { continue };
+            // Polled only below what the final read still holds: nothing left to have seen.
+            let Some(highest_polled) = record.highest_polled.filter(|high| *high >= record.final_start) else {
+                continue;
+            };
             if let Some((&offset, entry)) = record
                 .offsets
-                .range(record.final_start..=highest_polled.max(record.final_start))
+                .range(record.final_start..=highest_polled)
                 .find(|(_, entry)| entry.acked && !entry.polled)
             {
                 return Err(Anomaly::Unseen { partition: *partition, offset, value: entry.value, highest_polled });
@@ -1016,6 +1019,16 @@ mod tests {
         produce(&mut checker, 1, P0, 0, &[10, 11]);
         let anomaly = checker.final_read(P0, 1, &at(1, &[11])).unwrap_err();
         assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::FinalRead, partition: P0, expected: 0, offset: 1 });
+    }
+
+    /// A partition polled only early, then trimmed past everything polled, has nothing unseen.
+    #[test]
+    fn retention_past_every_poll_leaves_nothing_unseen() {
+        let mut checker = KafkaLogChecker::with_retention();
+        produce(&mut checker, 1, P0, 0, &[10, 11, 12, 13]);
+        checker.polled(100, P0, 0, &at(0, &[10])).unwrap();
+        checker.final_read(P0, 3, &at(3, &[13])).unwrap();
+        checker.finish().unwrap();
     }
 
     /// An acknowledged value past the final read's end is lost, retention or not; below its

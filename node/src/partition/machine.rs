@@ -130,16 +130,22 @@ impl PartitionMachine {
         self.segments_expired
     }
 
-    /// Appends a send's batch as the primary stamped it (`prepare`), when it is the batch
-    /// `prepare` counted: every replica appends the same bytes at the same offsets. Then the
-    /// topic's retention runs.
+    /// Appends a send's batch as the primary stamped it (`prepare`): every replica appends the
+    /// same bytes at the same offsets. Then the topic's retention runs.
     fn send(
         &mut self,
         partition: u32,
         retention: Retention,
-        bytes: Vec<u8>,
+        mut bytes: Vec<u8>,
         timestamp_us: u64,
     ) -> Result<SendReply, PartitionStatus> {
+        if stamped_send(&bytes, partition, self.next_offset, timestamp_us).is_none() {
+            // Stamped for another place: a send the primary counted before it was not applied
+            // (its session was evicted by an op in between, so the client table skipped it).
+            // Every replica stamps it again here, alike, and the primary's cursor is ahead of
+            // the log until its pipeline drains (`prepare_cursor_at_head`).
+            let _ = batch::stamp(&mut bytes, partition as u64, self.next_offset, timestamp_us);
+        }
         let header =
             stamped_send(&bytes, partition, self.next_offset, timestamp_us).ok_or(PartitionStatus::InvalidBatch)?;
         let count = header.message_count;
@@ -698,15 +704,34 @@ mod tests {
         let (cursor, reply) = apply_bytes(&mut machine, 2, OPERATION_SEND_MESSAGES, truncated);
         assert_eq!((cursor, machine.next_offset()), (2, 2));
         assert_eq!(reply, encode_status(Some(PartitionStatus::InvalidBatch)));
-        // Stamped by a client for offset 0, and sent raw to `apply` (no primary stamped it).
-        let mut elsewhere = valid;
-        batch::stamp(&mut elsewhere, 0, 0, 3_000).unwrap();
+    }
+
+    /// A send stamped for another place (the primary counted a send before it that the client
+    /// table then skipped) is stamped again where the log goes on, on every replica alike.
+    #[test]
+    fn a_send_stamped_past_a_skipped_one_is_stamped_again_where_the_log_is() {
+        let mut machine = PartitionMachine::empty();
         let mut header = Header::new(Command::Request, 1, 0);
         header.operation = OPERATION_SEND_MESSAGES;
-        let body = PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: elsewhere }.encode();
-        let reply = machine.apply(3, 3_000_000, &header, 0, &body);
-        assert_eq!(reply, encode_status(Some(PartitionStatus::InvalidBatch)));
-        assert_eq!(machine.next_offset(), 2);
+        let body = |ids: std::ops::Range<u128>| {
+            let mut builder = BatchBuilder::new();
+            for id in ids {
+                builder.push(id, b"m", b"");
+            }
+            PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: builder.finish(0) }.encode()
+        };
+        // One prepare of two sends: the primary's cursor goes 0 -> 2 -> 5.
+        let (mut skipped, mut applied) = (body(0..2), body(2..5));
+        let cursor = machine.prepare(machine.prepare_cursor(), 4_000_000, &header, &mut skipped);
+        assert_eq!(machine.prepare(cursor, 4_000_000, &header, &mut applied), 5);
+        assert_eq!(BatchHeader::decode(&applied[SEND_BATCH_AT..]).unwrap().base_offset, 2);
+        // The first is skipped at commit; the second is stored at 0.
+        let reply = machine.apply(1, 4_000_000, &header, 0, &applied);
+        assert_eq!(reply[..4], [0; 4], "stored");
+        let stored = machine.batches().next().unwrap();
+        assert_eq!(BatchHeader::decode(stored).unwrap().base_offset, 0);
+        batch::validate(stored).unwrap();
+        assert_eq!((machine.next_offset(), machine.prepare_cursor()), (3, 3));
     }
 
     proptest::proptest! {

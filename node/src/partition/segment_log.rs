@@ -37,6 +37,9 @@ pub struct SegmentLogCounters {
     pub segments_deleted: u64,
     /// Appends refused because too much waited to be written (retried at the next step).
     pub appends_busy: u64,
+    /// Appends refused for any other reason (the log failed, or does not continue where the
+    /// machine's batch starts: a divergence the simulator's end check reports).
+    pub appends_refused: u64,
     /// Times the log started again at the machine's first offset, having none of its batches.
     pub skips_ahead: u64,
     pub failures: u64,
@@ -155,7 +158,10 @@ impl SegmentLog {
                     self.counters.appends_busy += 1;
                     break;
                 }
-                Err(_) => break,
+                Err(_) => {
+                    self.counters.appends_refused += 1;
+                    break;
+                }
             }
         }
         if appended {

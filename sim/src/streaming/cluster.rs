@@ -37,6 +37,9 @@ use crate::access::AccessChecker;
 use crate::cluster::Outcome;
 use crate::disk::{DiskRequest, SimDisk, Zone};
 use crate::kafka_log::{KafkaLogChecker, PartitionKey};
+
+/// Iggy's InvalidFormat, what a group answers a batch it cannot store with.
+const STATUS_INVALID_FORMAT: u32 = 4;
 use crate::network::Network;
 use crate::queue::EventQueue;
 use crate::rng::SimRng;
@@ -889,6 +892,11 @@ impl StreamingCluster {
                 Observation::SendFailed { values, status } => {
                     self.counters.denials += 1;
                     self.log(|| format!("c{index} send failed status={status}"));
+                    if status == STATUS_INVALID_FORMAT {
+                        // The workload's batches are always valid: a group refused one it should
+                        // have stored (stamped for the wrong place, say).
+                        return Err(format!("c{index}: a valid batch was refused as invalid (status {status})"));
+                    }
                     self.checker.send_failed(actor, &values).map_err(anomaly)?;
                 }
                 Observation::Polled { partition, from, messages, current_offset } => {
@@ -1279,6 +1287,18 @@ impl StreamingCluster {
                     }
                     let starts: BTreeSet<u64> = machine.segments().map(|(start, ..)| start).collect();
                     let first = machine.first_offset();
+                    // A log holds all its machine holds, unless its last open cut it (nothing of it is
+                    // claimed durable yet, so a crash may take a head whose files were not synced):
+                    // then a suffix, said so by its recovery.
+                    let cut = segments.opened.as_ref().is_some_and(|report| {
+                        report.truncated_from.is_some() || !report.damaged.is_empty() || report.segments_dropped > 0
+                    });
+                    if log.first_offset() > first && !cut {
+                        return Err(format!(
+                            "node {index}: {group}'s segment log starts at {}, past its machine's first offset {first}",
+                            log.first_offset()
+                        ));
+                    }
                     let log_starts: BTreeSet<u64> = log.segments().map(|(start, ..)| start).collect();
                     let held_from = first.max(log.first_offset());
                     if let Some(start) = starts.iter().find(|start| **start > held_from && !log_starts.contains(start))
