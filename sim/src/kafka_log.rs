@@ -31,6 +31,9 @@
 //!   skip at the head of a poll (the server starting a run later than expected) is allowed if
 //!   everything it skipped is below the final start: it was retained away, not lost. Such skips
 //!   are checked at `finish`, `PollSkip` otherwise. A skip inside a poll is never allowed.
+//! - An auto-commit poll a consumer gave up on (`commit_abandoned`) may land later and store the
+//!   consumer's offset past messages it never returned (auto-commit delivers at most once): a
+//!   head skip of at most that poll's count is allowed, once per such poll.
 //!   Values below the final start are exempt from `LostWrite` and `Unseen`.
 //! - `NonmonotonicSend`: a producer's values acknowledged to one partition must sit at offsets
 //!   increasing in the order the producer sent them (its latest send of each value). Checked at once.
@@ -266,6 +269,9 @@ pub struct KafkaLogChecker {
     positions: HashMap<(u64, PartitionKey), Option<u64>>,
     /// Whether retention may remove a prefix of each partition.
     retention: bool,
+    /// (consumer, partition) -> offsets that auto-commit polls the consumer gave up on may still
+    /// move its stored offset past (`commit_abandoned`): a skip of at most that many is theirs.
+    late_commits: HashMap<(u64, PartitionKey), u64>,
     /// Skips at the head of a poll, allowed only if the final read starts at or past them:
     /// (reader, partition, expected, returned).
     head_skips: Vec<(Reader, PartitionKey, u64, u64)>,
@@ -287,6 +293,7 @@ impl KafkaLogChecker {
             send_order: HashMap::new(),
             positions: HashMap::new(),
             retention: false,
+            late_commits: HashMap::new(),
             head_skips: Vec::new(),
             summary: CheckSummary::default(),
         }
@@ -445,6 +452,15 @@ impl KafkaLogChecker {
         // must start there.
         let mut expected = position.unwrap_or(from_offset);
         let reader = Reader::Consumer(consumer);
+        if let (Some(&(first, _)), Some(allowance)) =
+            (messages.first(), self.late_commits.get_mut(&(consumer, partition)))
+        {
+            if first > expected && first - expected <= *allowance {
+                // A poll given up on landed after all and stored its offset past these.
+                *allowance -= first - expected;
+                expected = first;
+            }
+        }
         if let Some(&(first, _)) = messages.first().filter(|(first, _)| self.retention && *first > expected) {
             self.head_skips.push((reader, partition, expected, first));
             expected = first;
@@ -467,6 +483,13 @@ impl KafkaLogChecker {
             record.highest_polled = Some(record.highest_polled.map_or(offset, |high| high.max(offset)));
         }
         Ok(())
+    }
+
+    /// The consumer gave up on an auto-commit poll of at most `count` messages: it may still land
+    /// (a request once sent can commit later), storing the consumer's offset up to `count` past
+    /// wherever it then is. A later skip of at most `count` offsets, once, is that poll's.
+    pub fn commit_abandoned(&mut self, consumer: u64, partition: PartitionKey, count: u64) {
+        *self.late_commits.entry((consumer, partition)).or_insert(0) += count;
     }
 
     /// The consumer restarts reading `partition` from wherever its next poll asks.
@@ -1045,5 +1068,23 @@ mod tests {
         checker.polled(100, P0, 2, &at(2, &[12])).unwrap();
         checker.final_read(P0, 2, &at(2, &[12])).unwrap();
         checker.finish().unwrap();
+    }
+
+    /// A consumer that gave up on an auto-commit poll may skip at most that poll's count, once:
+    /// the poll landed late and stored its offset past what it chose.
+    #[test]
+    fn an_abandoned_auto_commit_poll_excuses_one_skip_of_its_count() {
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &(10..30).collect::<Vec<u128>>());
+        checker.polled(100, P0, 0, &at(0, &[10, 11])).unwrap();
+        checker.commit_abandoned(100, P0, 3);
+        checker.polled(100, P0, 2, &at(5, &[15])).unwrap();
+        let anomaly = checker.polled(100, P0, 6, &at(7, &[17])).unwrap_err();
+        assert_eq!(anomaly, Anomaly::PollSkip { reader: Reader::Consumer(100), partition: P0, expected: 6, offset: 7 });
+        let mut checker = KafkaLogChecker::new();
+        produce(&mut checker, 1, P0, 0, &(10..30).collect::<Vec<u128>>());
+        checker.polled(100, P0, 0, &at(0, &[10, 11])).unwrap();
+        checker.commit_abandoned(100, P0, 3);
+        assert!(checker.polled(100, P0, 2, &at(6, &[16])).is_err(), "a skip longer than the poll's count");
     }
 }

@@ -237,6 +237,9 @@ pub enum Observation {
     /// moved the stored offset past messages this consumer never saw).
     PollAbandoned {
         partition: PartitionKey,
+        /// For an auto-commit poll: the most messages it may still store the offset past, if
+        /// it lands after all.
+        late_commit_max: Option<u64>,
     },
     /// A request refused by the node (status in the reply header).
     Denied {
@@ -447,9 +450,16 @@ impl StreamClient {
             Work::Send { values } => self.observations.push(Observation::SendIndeterminate { values }),
             Work::Poll { partition, .. } => self.observations.push(Observation::PollAbandoned {
                 partition: PartitionKey { stream: STREAM, topic: TOPIC, partition },
+                late_commit_max: self.late_commit_max(),
             }),
             _ => {}
         }
+    }
+
+    /// The most messages one of this client's polls asks for, if its polls auto-commit (`count`
+    /// in the poll request).
+    fn late_commit_max(&self) -> Option<u64> {
+        matches!(self.role, Role::Consumer { committing: true }).then(|| 16 + 4 * self.batch_messages_max as u64)
     }
 
     /// What the client does next, if anything.
@@ -913,6 +923,7 @@ impl StreamClient {
                 let Ok(reply) = wire::PollReply::decode(&message.body) else {
                     self.observations.push(Observation::PollAbandoned {
                         partition: PartitionKey { stream: STREAM, topic: TOPIC, partition },
+                        late_commit_max: self.late_commit_max(),
                     });
                     return;
                 };

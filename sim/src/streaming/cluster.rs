@@ -910,11 +910,14 @@ impl StreamingCluster {
                     });
                     self.checker.polled(actor, partition, from, &messages).map_err(anomaly)?;
                 }
-                Observation::PollAbandoned { partition } => {
+                Observation::PollAbandoned { partition, late_commit_max } => {
                     self.log(|| {
                         format!("c{index} poll of partition {} abandoned: its run restarts", partition.partition)
                     });
                     self.checker.consumer_reset(actor, partition);
+                    if let Some(count) = late_commit_max {
+                        self.checker.commit_abandoned(actor, partition, count);
+                    }
                 }
                 Observation::Access { user, rights, action, answer } => {
                     self.access.observe(actor, user, rights, action, answer).map_err(|anomaly| anomaly.to_string())?;
