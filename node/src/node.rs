@@ -41,7 +41,11 @@ use vireo_protocol::header::{group_namespace, group_of, Command, Header, Message
 use vireo_protocol::request::{batched_requests, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use vireo_protocol::wire::{self, ClientRequest};
 use vireo_protocol::{StateMachine, Status};
+use vireo_storage::batch::BatchHeader;
 use vireo_storage::layout::HEADER_SIZE;
+use vireo_storage::partition::{ReadBatches, ReadError, ReadRequest, ReadStart};
+
+use crate::partition::machine::POLL_BYTES_MAX;
 
 use crate::admission::{
     admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted, OffsetAction,
@@ -173,7 +177,27 @@ pub struct NodeCounters {
     pub sessions_not_ended: u64,
     /// Partition-group sessions freed for clients that left.
     pub sessions_unregistered: u64,
+    /// Polls without auto-commit that returned messages, answered from the segment log, and from
+    /// the machine's memory (the log did not hold the range, or was busy, or its read failed or
+    /// took too long).
+    pub polls_from_log: u64,
+    pub polls_from_memory: u64,
 }
+
+/// A poll waiting for its segment-log read.
+struct ParkedRead {
+    connection: ConnectionId,
+    request: Header,
+    poll: PartitionRequest,
+    /// The range the machine chose; the log's batches fill it.
+    plan: PollReply,
+    since_tick: u64,
+}
+
+/// Polls one shard keeps waiting for segment-log reads; past it, polls are answered from memory.
+pub const PARKED_READS_MAX: usize = 256;
+/// Ticks a parked poll waits for its read before it is answered from memory.
+pub const PARKED_READ_TICKS_MAX: u64 = 50;
 
 /// The `Io` the groups run on: every ask passes through, but what a replica sends to a client
 /// is held for the node to route (the client's connection is the node's to find).
@@ -224,6 +248,9 @@ pub struct Node {
     ending: BTreeMap<u128, EndingSession>,
     events: VecDeque<NodeEvent>,
     tick: u64,
+    /// Polls waiting for their segment-log reads, by read id (`PARKED_READS_MAX`).
+    parked_reads: BTreeMap<u64, ParkedRead>,
+    read_next: u64,
     pub counters: NodeCounters,
 }
 
@@ -244,6 +271,8 @@ impl Node {
             ending: BTreeMap::new(),
             events: VecDeque::new(),
             tick: 0,
+            parked_reads: BTreeMap::new(),
+            read_next: 0,
             counters: NodeCounters::default(),
         };
         node.drain_shard_events();
@@ -446,10 +475,7 @@ impl Node {
             ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, &bytes)),
             ShardMessage::ClientReply(bytes) => self.on_client_reply(io, &bytes),
             ShardMessage::Metadata(view) => self.on_metadata_view(io, view),
-            ShardMessage::Read(read) => {
-                let frame = self.read_locally(&read.request, &read.poll);
-                self.send_read_answer(io, read.request.origin, read.connection, frame);
-            }
+            ShardMessage::Read(read) => self.serve_poll(io, read.connection, read.request, read.poll),
             ShardMessage::ToConnection { connection, frame } => {
                 if self.connections.contains_key(&connection) {
                     io.send_to_connection(connection, frame);
@@ -460,11 +486,23 @@ impl Node {
 
     pub fn on_completion(&mut self, io: &mut impl NodeIo, completion: Completion) {
         self.with_groups(io, |shard, io| shard.on_completion(io, completion));
+        while let Some((id, result)) = self.shard.take_segment_read() {
+            self.finish_log_read(io, id, result);
+        }
     }
 
     pub fn tick(&mut self, io: &mut impl NodeIo) {
         self.tick += 1;
         self.with_groups(io, |shard, io| shard.tick(io));
+        let late: Vec<u64> = self
+            .parked_reads
+            .iter()
+            .filter(|(_, parked)| parked.since_tick + PARKED_READ_TICKS_MAX <= self.tick)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            self.finish_log_read(io, id, Err(ReadError::Busy));
+        }
         self.resend_in_flight(io);
         self.resend_ending_sessions(io);
         if self.shard_index() == 0 {
@@ -791,12 +829,105 @@ impl Node {
         header.origin = Some(Origin { node: self.node_index(), shard: self.shard_index() });
         header.group = group_of(group);
         if owner == self.shard_index() {
-            let frame = self.read_locally(&header, &poll);
-            self.send_read_answer(io, header.origin, connection, frame);
+            self.serve_poll(io, connection, header, poll);
             return Ok(());
         }
         io.send_to_shard(owner, ShardMessage::Read(Box::new(LocalRead { connection, request: header, poll })))
             .map_err(|_| STATUS_TRANSIENT_NOT_ACCEPTED)
+    }
+
+    /// A poll without auto-commit on this shard: its messages come from the group's segment log
+    /// when the log holds the range the machine chooses (the machine's batches are the log's
+    /// bytes: both hold the committed prefix), else from the machine's memory at once.
+    fn serve_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
+        if let Some((id, plan)) = self.start_log_read(io, &request, &poll) {
+            let parked = ParkedRead { connection, request, poll, plan, since_tick: self.tick };
+            self.parked_reads.insert(id, parked);
+            return;
+        }
+        let frame = self.read_locally(&request, &poll);
+        self.send_read_answer(io, request.origin, connection, frame);
+    }
+
+    /// Starts the segment-log read of a poll, when its log holds the whole range chosen.
+    fn start_log_read(
+        &mut self,
+        io: &mut impl NodeIo,
+        request: &Header,
+        poll: &PartitionRequest,
+    ) -> Option<(u64, PollReply)> {
+        let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = *poll else { return None };
+        if self.bug() == Some(Bug::PollPastCommit) || self.parked_reads.len() == PARKED_READS_MAX {
+            return None;
+        }
+        let group = group_namespace(request.group)?;
+        let replica = self.shard.partition(group).filter(|replica| replica.status() != Status::Opening)?;
+        let plan = replica.state_machine().plan_read(partition, consumer, strategy, count);
+        if plan.count == 0 {
+            // Nothing to read: the answer is the range alone.
+            return None;
+        }
+        // From memory unless the read below starts (then counted where it is answered).
+        self.counters.polls_from_memory += 1;
+        let end = plan.start + plan.count as u64;
+        let (_, segments) = self.shard.segment_logs().find(|(namespace, _)| *namespace == group)?;
+        let log = segments.log()?;
+        if log.first_offset() > plan.start || log.end_offset() < end {
+            return None;
+        }
+        let id = self.read_next;
+        self.read_next += 1;
+        let read =
+            ReadRequest { id, start: ReadStart::Offset(plan.start), count: plan.count, bytes_max: POLL_BYTES_MAX };
+        self.shard.read_segment_log(&mut ReplyTap { io, replies: Vec::new() }, group, read).ok()?;
+        // Counted where it is answered.
+        self.counters.polls_from_memory -= 1;
+        Some((id, plan))
+    }
+
+    /// A parked poll's read is done (or given up): its answer, from the log's batches when they
+    /// cover the range chosen, else from memory.
+    fn finish_log_read(&mut self, io: &mut impl NodeIo, id: u64, result: Result<ReadBatches, ReadError>) {
+        let Some(parked) = self.parked_reads.remove(&id) else { return };
+        let end = parked.plan.start + parked.plan.count as u64;
+        let covered = result.ok().filter(|read| {
+            // Whole batches without a gap (a read steps over a damaged run) from the range's
+            // start to its end.
+            let mut rest = read.bytes.as_slice();
+            let (mut first, mut last) = (None, 0);
+            while let Ok(header) = BatchHeader::decode(rest) {
+                if first.is_some() && header.base_offset != last {
+                    return false;
+                }
+                first.get_or_insert(header.base_offset);
+                last = header.end_offset();
+                rest = rest.get(header.batch_length as usize..).unwrap_or_default();
+            }
+            rest.is_empty() && first.is_some_and(|first| first <= parked.plan.start) && last >= end
+        });
+        let frame = match covered {
+            Some(read) => {
+                self.counters.polls_from_log += 1;
+                let reply = PollReply { batches: read.bytes, ..parked.plan };
+                self.poll_answer(&parked.request, &reply)
+            }
+            None => {
+                self.counters.polls_from_memory += 1;
+                self.read_locally(&parked.request, &parked.poll)
+            }
+        };
+        self.send_read_answer(io, parked.request.origin, parked.connection, frame);
+    }
+
+    /// The frame that answers a local poll with `reply`.
+    fn poll_answer(&mut self, request: &Header, reply: &PollReply) -> Vec<u8> {
+        let group = group_namespace(request.group).expect("a read names its group");
+        let (status, body) = match client_reply_body(&ReplyKind::Poll, 0, &encode_poll_reply(reply)) {
+            Ok(body) => (0, body),
+            Err(status) => (status, Vec::new()),
+        };
+        self.event(NodeEvent::ReadLocally { group, count: reply.count });
+        node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, body)
     }
 
     /// The reply to a poll from this shard's replica of its group: a committed prefix of the
@@ -823,12 +954,7 @@ impl Node {
             }
             _ => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
         };
-        let (status, body) = match client_reply_body(&ReplyKind::Poll, 0, &encode_poll_reply(&reply)) {
-            Ok(body) => (0, body),
-            Err(status) => (status, Vec::new()),
-        };
-        self.event(NodeEvent::ReadLocally { group, count: reply.count });
-        node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, body)
+        self.poll_answer(request, &reply)
     }
 
     fn send_read_answer(

@@ -19,7 +19,7 @@ use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Token};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, Header};
 use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
-use vireo_storage::partition::token_owner;
+use vireo_storage::partition::{token_owner, ReadBatches, ReadError, ReadRequest};
 
 use crate::group_io::{unmark, GroupIo};
 use crate::partition::segment_log::{SegmentLog, LOG_OWNER};
@@ -187,6 +187,23 @@ impl<M: MetadataPlane> Shard<M> {
 
     pub fn partitions(&self) -> impl Iterator<Item = (Namespace, &Replica<PartitionMachine>)> {
         self.partitions.iter().map(|(namespace, group)| (*namespace, &group.replica))
+    }
+
+    /// Starts a read of a hosted partition's segment log (see `SegmentLog::read`).
+    pub fn read_segment_log(
+        &mut self,
+        io: &mut impl Io,
+        namespace: Namespace,
+        request: ReadRequest,
+    ) -> Result<(), ReadError> {
+        let group = self.partitions.get_mut(&namespace).ok_or(ReadError::NotOpen)?;
+        let segments = group.segments.as_mut().expect("a partition group has a segment log");
+        segments.read(&mut GroupIo::new(io, group.slot, &mut group.in_flight), request)
+    }
+
+    /// A finished segment-log read of any hosted group, if any.
+    pub fn take_segment_read(&mut self) -> Option<(u64, Result<ReadBatches, ReadError>)> {
+        self.partitions.values_mut().find_map(|group| group.segments.as_mut().and_then(SegmentLog::take_read))
     }
 
     /// The segment log of every hosted partition group.

@@ -197,7 +197,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
-             disk_bytes_written={} writes_refused_full={} segment_logs_cut={}",
+             disk_bytes_written={} writes_refused_full={} segment_logs_cut={} \
+             polls_from_log={} polls_from_memory={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -225,6 +226,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.disk_bytes_written,
             counters.writes_refused_full,
             counters.segment_logs_cut,
+            counters.polls_from_log,
+            counters.polls_from_memory,
         ));
     }
     report

@@ -313,6 +313,19 @@ impl PartitionMachine {
         }
     }
 
+    /// What `read` would return, without the batches: the range chosen (for a reader that takes
+    /// the batches from the segment log).
+    pub fn plan_read(&self, partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> PollReply {
+        let chosen = self.choose(consumer, strategy, count);
+        PollReply {
+            partition,
+            current_offset: self.current_offset(),
+            start: chosen.start,
+            count: chosen.count,
+            batches: Vec::new(),
+        }
+    }
+
     /// The batches of a replicated poll's reply, re-read from the log by the replica that answers
     /// it (a reply names its range only, see `poll`). This replica applied the poll, so it holds
     /// the range unless retention or a purge removed it since: then it gives the part still held.

@@ -15,10 +15,13 @@
 //! Bounds: appends stop at the log's own bound (`unwritten_bytes_max`, refused as `Busy`) and
 //! go on at the next step; the machine holds what is not written yet.
 
+use std::collections::VecDeque;
 use vireo_io::{Completion, Io, Namespace};
 use vireo_protocol::config::Bug;
+
 use vireo_storage::partition::{
-    AppendError, OwnerClaim, PartitionConfig, PartitionEvent, PartitionLog, RecoveryReport, Status,
+    AppendError, OwnerClaim, PartitionConfig, PartitionEvent, PartitionLog, ReadBatches, ReadError, ReadRequest,
+    RecoveryReport, Status,
 };
 
 use super::PartitionMachine;
@@ -53,6 +56,8 @@ pub struct SegmentLog {
     config: PartitionConfig,
     log: Option<PartitionLog>,
     bug: Option<Bug>,
+    /// Reads finished and not yet taken (`take_read`): at most the log's `reads_max`.
+    reads_done: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
     /// The last open's report.
     pub opened: Option<RecoveryReport>,
     pub counters: SegmentLogCounters,
@@ -68,11 +73,32 @@ impl SegmentLog {
             segment_size: u64::MAX,
             ..PartitionConfig::default()
         };
-        SegmentLog { namespace, config, log: None, bug, opened: None, counters: SegmentLogCounters::default() }
+        SegmentLog {
+            namespace,
+            config,
+            log: None,
+            bug,
+            reads_done: VecDeque::new(),
+            opened: None,
+            counters: SegmentLogCounters::default(),
+        }
     }
 
     pub fn log(&self) -> Option<&PartitionLog> {
         self.log.as_ref().filter(|log| log.status() == Status::Open)
+    }
+
+    /// Starts a read of the open log; its result comes back through `take_read`.
+    pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
+        let log = self.log.as_mut().filter(|log| log.status() == Status::Open).ok_or(ReadError::NotOpen)?;
+        log.read(io, request)?;
+        self.drain_events();
+        Ok(())
+    }
+
+    /// A finished read, if any.
+    pub fn take_read(&mut self) -> Option<(u64, Result<ReadBatches, ReadError>)> {
+        self.reads_done.pop_front()
     }
 
     /// A completion of this log's I/O (the shard tells them from the replica's by their tag).
@@ -97,7 +123,8 @@ impl SegmentLog {
                 PartitionEvent::Failed(_) => self.counters.failures += 1,
                 // A rejected write (a full disk) takes the batches from its offset: the log is
                 // cut there and the machine's copies are appended again.
-                PartitionEvent::Durable { .. } | PartitionEvent::Read { .. } | PartitionEvent::Rejected { .. } => {}
+                PartitionEvent::Read { id, result } => self.reads_done.push_back((id, result)),
+                PartitionEvent::Durable { .. } | PartitionEvent::Rejected { .. } => {}
             }
         }
     }

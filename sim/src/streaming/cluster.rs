@@ -158,6 +158,10 @@ pub struct StreamingCounters {
     pub writes_refused_full: u64,
     /// Opens of segment logs (any node, since its last start) whose recovery cut or lost batches.
     pub segment_logs_cut: u64,
+    /// Polls without auto-commit answered from segment logs and from memory (nodes up at the
+    /// end, since their last start).
+    pub polls_from_log: u64,
+    pub polls_from_memory: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -1396,6 +1400,10 @@ impl StreamingCluster {
         }
         self.counters.disk_bytes_written = self.nodes[0].disk.bytes_written;
         self.counters.writes_refused_full = self.nodes.iter().map(|node| node.disk.writes_refused_full).sum();
+        for node in self.nodes.iter().flat_map(|node| node.shards.iter()) {
+            self.counters.polls_from_log += node.counters.polls_from_log;
+            self.counters.polls_from_memory += node.counters.polls_from_memory;
+        }
         for shard in self.nodes.iter().flat_map(|node| node.shards.iter().map(Node::shard)) {
             for (_, segments) in shard.segment_logs() {
                 self.counters.segment_logs_cut += segments.counters.opens_cut;
