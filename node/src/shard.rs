@@ -94,7 +94,8 @@ impl Group<PartitionMachine> {
             return;
         }
         let segments = self.segments.as_mut().expect("a partition group has a segment log");
-        segments.follow(&mut GroupIo::new(io, self.slot, &mut self.in_flight), self.replica.state_machine());
+        let ready = self.replica.status() == Status::Normal;
+        segments.follow(&mut GroupIo::new(io, self.slot, &mut self.in_flight), self.replica.state_machine(), ready);
     }
 }
 

@@ -470,12 +470,30 @@ fn an_owned_log_writes_no_superblock_and_opens_from_its_owners_claim() {
     let files = listing(&harness);
     assert!(!files.contains("superblock"), "an owned log writes no superblock:\n{files}");
     assert!(!files.contains(&format!("{:020}.log", 0)), "deleted at once:\n{files}");
-    // The owner recorded the log before retention ran: durable to the end, retained from 0.
-    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: harness.durable, retained_from: 0 });
+    // The owner recorded where it is retained from now: the log opens as it was.
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: harness.durable, retained_from: first });
     assert_eq!((report.first_offset, report.end_offset), (first, 200), "{report:?}");
     assert!(!report.corrupt && report.damaged.is_empty(), "{report:?}");
     assert_eq!(harness.check_all(), 200 - first);
     assert!(!listing(&harness).contains("superblock"));
+}
+
+/// An owned log that starts after its owner's claim lost its head (a crash took a segment whose
+/// files were never synced, while a later one's survived): what follows the hole cannot stand
+/// alone, so recovery drops it and says so, and the log starts again where the claim says.
+#[test]
+fn an_owned_log_that_lost_its_head_drops_what_follows_the_hole() {
+    let mut harness = PartitionHarness::new_owned(LocalWorld::new(8, no_faults(), false), config());
+    for _ in 0..20 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    let (second, _) = second_segment(&harness);
+    harness.world.disk.remove(FileId::new(NAMESPACE, FileKind::Segment(0)));
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0 });
+    assert!(second > 0);
+    assert_eq!((report.truncated_from, report.first_offset, report.end_offset), (Some(0), 0, 0), "{report:?}");
+    assert!(report.segments_dropped > 0, "{report:?}");
 }
 
 /// The owner's claim is what tells damage from a tear: one flipped bit in the active segment,

@@ -131,9 +131,14 @@ impl SegmentLog {
 
     /// Brings the log to the machine: opens it, skips ahead or drops what the machine no longer
     /// holds, seals where the machine's segments end, and appends the committed batches it lacks.
-    pub fn follow(&mut self, io: &mut impl Io, machine: &PartitionMachine) {
+    pub fn follow(&mut self, io: &mut impl Io, machine: &PartitionMachine, ready: bool) {
         match self.log.as_ref().map(PartitionLog::status) {
             None => {
+                // The claim must be where the machine is retained from now: only once its state
+                // is restored (the replica is open, but may still wait for a view or a checkpoint).
+                if !ready {
+                    return;
+                }
                 let claim = OwnerClaim { frontier: 0, retained_from: machine.first_offset() };
                 self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
                 self.drain_events();

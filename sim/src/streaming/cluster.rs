@@ -1294,13 +1294,10 @@ impl StreamingCluster {
                     }
                     let starts: BTreeSet<u64> = machine.segments().map(|(start, ..)| start).collect();
                     let first = machine.first_offset();
-                    // A log holds all its machine holds, unless its last open cut it (nothing of it is
-                    // claimed durable yet, so a crash may take a head whose files were not synced):
-                    // then a suffix, said so by its recovery.
-                    let cut = segments.opened.as_ref().is_some_and(|report| {
-                        report.truncated_from.is_some() || !report.damaged.is_empty() || report.segments_dropped > 0
-                    });
-                    if log.first_offset() > first && !cut {
+                    // A log holds all its machine holds: one that lost its head (a crash took a
+                    // segment whose files were not synced) drops what follows the hole at its open
+                    // and takes it all again from the machine.
+                    if log.first_offset() > first {
                         return Err(format!(
                             "node {index}: {group}'s segment log starts at {}, past its machine's first offset {first}",
                             log.first_offset()

@@ -332,9 +332,10 @@ impl PartitionLog {
     /// A partition log whose superblock belongs to its owner, which says at open what it recorded
     /// (`claim`). Such a log reads and writes no superblock: whatever the log would record there
     /// counts as durable at once. So segments that retention or a purge removes are deleted at
-    /// once (after a crash, a log may start past `claim.retained_from`: recovery takes it as
-    /// retained, the owner having removed them), and a cut of synced bytes is the owner's to
-    /// record first.
+    /// once, and a cut of synced bytes is the owner's to record first. The owner's claim must
+    /// be where it is now retained from: a log that starts after `claim.retained_from` has lost
+    /// its head (a segment whose files were never synced), and recovery drops what cannot stand
+    /// after the hole, as with a superblock.
     pub fn open_owned(
         io: &mut impl Io,
         config: PartitionConfig,

@@ -450,17 +450,13 @@ impl Recovery {
                 kept.push((start, size));
             }
         }
-        // An owned log deletes what retention removes at once, before its owner records it: a log
-        // that starts later than the claim says was retained that far.
-        if log.owned {
-            if let Some(&(start, _)) = kept.first().filter(|(start, _)| *start > log.retained_from) {
-                log.retained_from = start;
-            }
-        }
-        // The log must start where the superblock says it is retained from. If that segment is
-        // gone (a file never synced can vanish in a crash), the ones after it cannot stand alone:
-        // their offsets would start with a hole.
-        if kept.first().is_some_and(|(start, _)| *start != log.retained_from && !log.owned) {
+        // The log must start where the superblock (or, owned, the owner's claim) says it is
+        // retained from. If that segment is gone (a file never synced can vanish in a crash, and
+        // writes complete out of order, so a later segment's may survive it), the ones after it
+        // cannot stand alone: their offsets would start with a hole. An owned log's first
+        // segment may also begin before the claim (the claim falls inside it).
+        let hole = |start: u64| if log.owned { start > log.retained_from } else { start != log.retained_from };
+        if kept.first().is_some_and(|(start, _)| hole(*start)) {
             self.report.truncated_from = Some(log.retained_from);
             self.report.segments_dropped = kept.len();
             self.report.truncated_bytes = kept.iter().map(|(_, size)| size).sum();
