@@ -103,6 +103,9 @@ impl Group<PartitionMachine> {
 struct Closing {
     namespace: Namespace,
     in_flight: u32,
+    /// Whether the files are the closed group's to remove (false for a group closed while its
+    /// replica was still opening: they may be a newer incarnation's).
+    remove_files: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -122,7 +125,8 @@ pub struct ShardCounters {
     pub frames_malformed: u64,
     /// Partitions the metadata holds that this shard could not open (`partitions_max`).
     pub partitions_refused: u64,
-    /// Deleted groups whose files were left in place (`JANITORS_MAX`) or could not be listed.
+    /// Deleted groups whose files were left in place (`JANITORS_MAX`, a listing that failed, or a
+    /// group closed while still opening): the next incarnation of the namespace wipes them.
     pub files_left: u64,
     /// Deleted groups whose files were removed.
     pub groups_removed: u64,
@@ -258,9 +262,16 @@ impl<M: MetadataPlane> Shard<M> {
             // A group closed since: once its last request is done, its files go.
             closing.in_flight -= 1;
             if closing.in_flight == 0 {
-                let namespace = closing.namespace;
+                let (namespace, remove_files) = (closing.namespace, closing.remove_files);
                 self.closing.remove(&slot);
-                self.remove_files(io, namespace);
+                if remove_files {
+                    self.remove_files(io, namespace);
+                } else {
+                    self.counters.files_left += 1;
+                    // The namespace may have been published again meanwhile.
+                    let published = std::mem::take(&mut self.published);
+                    self.sync_partitions(io, &published);
+                }
             }
             return;
         }
@@ -313,13 +324,22 @@ impl<M: MetadataPlane> Shard<M> {
         for namespace in gone {
             let group = self.partitions.remove(&namespace).expect("listed");
             self.slots.remove(&group.slot);
+            // A replica still opening has not read whose the files are: they may be a newer
+            // incarnation's (a node whose metadata lagged after a restart opened the old one, and
+            // the metadata caught up before it finished). Left in place; whichever incarnation
+            // opens next wipes them if they are not its own.
+            let remove_files = group.replica.status() != Status::Opening;
             if group.replica.superseded() {
                 // The files are a newer incarnation's: not this group's to remove.
                 assert_eq!(group.in_flight, 0, "a superseded replica asks for nothing");
             } else if group.in_flight == 0 {
-                self.remove_files(io, namespace);
+                if remove_files {
+                    self.remove_files(io, namespace);
+                } else {
+                    self.counters.files_left += 1;
+                }
             } else {
-                self.closing.insert(group.slot, Closing { namespace, in_flight: group.in_flight });
+                self.closing.insert(group.slot, Closing { namespace, in_flight: group.in_flight, remove_files });
             }
         }
         for (&namespace, &PartitionGroup { incarnation, enforce_fsync }) in
