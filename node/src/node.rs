@@ -186,12 +186,18 @@ pub struct NodeCounters {
 
 /// A poll waiting for its segment-log read.
 struct ParkedRead {
-    connection: ConnectionId,
-    request: Header,
-    poll: PartitionRequest,
     /// The range the machine chose; the log's batches fill it.
     plan: PollReply,
     since_tick: u64,
+    answer: PendingAnswer,
+}
+
+/// Who a parked read's batches go to.
+enum PendingAnswer {
+    /// A poll without auto-commit, answered by this shard.
+    Local { connection: ConnectionId, request: Header, poll: PartitionRequest },
+    /// A replicated poll's reply (its header), routed on once filled.
+    Replicated { header: Header },
 }
 
 /// Polls one shard keeps waiting for segment-log reads; past it, polls are answered from memory.
@@ -534,8 +540,9 @@ impl Node {
         // The groups' events first: a reply follows the commit that made it.
         self.drain_shard_events();
         for reply in replies {
-            let reply = self.fill_poll_reply(reply);
-            self.route_client_reply(io, reply);
+            if let Some(reply) = self.fill_poll_reply(io, reply) {
+                self.route_client_reply(io, reply);
+            }
         }
         if publish && self.shard_index() == 0 {
             self.publish(io);
@@ -545,20 +552,30 @@ impl Node {
     /// A replicated poll's reply names its range only (`PartitionMachine::fill`): the messages
     /// come from the log of the replica here that applied it and sends the reply, fresh for
     /// every answer (a retried poll's cached reply too). Anything else goes on as it is.
-    fn fill_poll_reply(&self, frame: Vec<u8>) -> Vec<u8> {
-        let Ok(header) = Header::decode(&frame) else { return frame };
+    /// The batches are read from the group's segment log when it holds the range (the reply is
+    /// parked until they arrive: `None` here), else copied from the machine at once.
+    fn fill_poll_reply(&mut self, io: &mut impl NodeIo, frame: Vec<u8>) -> Option<Vec<u8>> {
+        let Ok(header) = Header::decode(&frame) else { return Some(frame) };
         if header.command != Command::Reply || header.operation != OPERATION_POLL_MESSAGES || header.status != 0 {
-            return frame;
+            return Some(frame);
         }
-        let Some(replica) = group_namespace(header.group).and_then(|group| self.shard.partition(group)) else {
-            return frame;
+        let Some(group) = group_namespace(header.group).filter(|group| self.shard.partition(*group).is_some()) else {
+            return Some(frame);
         };
         let Ok(mut reply) = decode_poll_reply(&frame[HEADER_SIZE..]) else {
             // A refusal (a status word): no messages to fill in.
-            return frame;
+            return Some(frame);
         };
+        if reply.count > 0 && reply.batches.is_empty() && self.bug() != Some(Bug::PollPastCommit) {
+            if let Some(id) = self.issue_log_read(io, group, &reply) {
+                let answer = PendingAnswer::Replicated { header };
+                self.parked_reads.insert(id, ParkedRead { plan: reply, since_tick: self.tick, answer });
+                return None;
+            }
+        }
+        let replica = self.shard.partition(group).expect("checked");
         replica.state_machine().fill(&mut reply);
-        Message::new(header, encode_poll_reply(&reply)).encode()
+        Some(Message::new(header, encode_poll_reply(&reply)).encode())
     }
 
     fn drain_shard_events(&mut self) {
@@ -841,8 +858,8 @@ impl Node {
     /// bytes: both hold the committed prefix), else from the machine's memory at once.
     fn serve_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
         if let Some((id, plan)) = self.start_log_read(io, &request, &poll) {
-            let parked = ParkedRead { connection, request, poll, plan, since_tick: self.tick };
-            self.parked_reads.insert(id, parked);
+            let answer = PendingAnswer::Local { connection, request, poll };
+            self.parked_reads.insert(id, ParkedRead { plan, since_tick: self.tick, answer });
             return;
         }
         let frame = self.read_locally(&request, &poll);
@@ -867,8 +884,17 @@ impl Node {
             // Nothing to read: the answer is the range alone.
             return None;
         }
-        // From memory unless the read below starts (then counted where it is answered).
+        let id = self.issue_log_read(io, group, &plan)?;
+        Some((id, plan))
+    }
+
+    /// Starts reading a poll's range from its group's segment log, if the log holds all of it.
+    /// Counted as answered from memory when it does not start (else where it is answered).
+    fn issue_log_read(&mut self, io: &mut impl NodeIo, group: Namespace, plan: &PollReply) -> Option<u64> {
         self.counters.polls_from_memory += 1;
+        if self.parked_reads.len() == PARKED_READS_MAX {
+            return None;
+        }
         let end = plan.start + plan.count as u64;
         let (_, segments) = self.shard.segment_logs().find(|(namespace, _)| *namespace == group)?;
         let log = segments.log()?;
@@ -880,9 +906,8 @@ impl Node {
         let read =
             ReadRequest { id, start: ReadStart::Offset(plan.start), count: plan.count, bytes_max: POLL_BYTES_MAX };
         self.shard.read_segment_log(&mut ReplyTap { io, replies: Vec::new() }, group, read).ok()?;
-        // Counted where it is answered.
         self.counters.polls_from_memory -= 1;
-        Some((id, plan))
+        Some(id)
     }
 
     /// A parked poll's read is done (or given up): its answer, from the log's batches when they
@@ -905,18 +930,35 @@ impl Node {
             }
             rest.is_empty() && first.is_some_and(|first| first <= parked.plan.start) && last >= end
         });
-        let frame = match covered {
-            Some(read) => {
-                self.counters.polls_from_log += 1;
-                let reply = PollReply { batches: read.bytes, ..parked.plan };
-                self.poll_answer(&parked.request, &reply)
+        if covered.is_some() {
+            self.counters.polls_from_log += 1;
+        } else {
+            self.counters.polls_from_memory += 1;
+        }
+        match parked.answer {
+            PendingAnswer::Local { connection, request, poll } => {
+                let frame = match covered {
+                    Some(read) => self.poll_answer(&request, &PollReply { batches: read.bytes, ..parked.plan }),
+                    None => self.read_locally(&request, &poll),
+                };
+                self.send_read_answer(io, request.origin, connection, frame);
             }
-            None => {
-                self.counters.polls_from_memory += 1;
-                self.read_locally(&parked.request, &parked.poll)
+            PendingAnswer::Replicated { header } => {
+                let mut reply = parked.plan;
+                match covered {
+                    Some(read) => reply.batches = read.bytes,
+                    None => {
+                        let group = group_namespace(header.group).expect("a parked reply names its group");
+                        match self.shard.partition(group) {
+                            Some(replica) => replica.state_machine().fill(&mut reply),
+                            // The group went: the range alone (nothing of it is held here).
+                            None => reply.count = 0,
+                        }
+                    }
+                }
+                self.route_client_reply(io, Message::new(header, encode_poll_reply(&reply)).encode());
             }
-        };
-        self.send_read_answer(io, parked.request.origin, parked.connection, frame);
+        }
     }
 
     /// The frame that answers a local poll with `reply`.
