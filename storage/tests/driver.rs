@@ -118,6 +118,9 @@ fn thousands_of_segments_with_a_bounded_number_of_open_files() {
 
 #[test]
 fn shards_exchange_messages_over_bounded_channels() {
+    // The receiver starts only once the sender has seen its channel full: on two cores it would
+    // otherwise drain the channel while the sender fills it.
+    static FULL_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let cpus = CpuAllocation::Count(2).cpus();
     let cpus = if cpus.len() == 2 { cpus } else { vec![cpus[0], cpus[0]] };
     let received = run_shards::<u64, Vec<u64>, _, _>(&cpus, 4, |mut context| async move {
@@ -128,11 +131,19 @@ fn shards_exchange_messages_over_bounded_channels() {
                 context.senders.try_send_to(peer, value).unwrap();
             }
             assert!(context.senders.try_send_to(peer, 4).is_err(), "a full channel refuses");
+            FULL_SEEN.store(true, std::sync::atomic::Ordering::Release);
             for value in 4..100 {
                 context.senders.send_to(peer, value).await.unwrap();
             }
             Vec::new()
         } else {
+            // Bounded: the sender sets it within its first five sends.
+            for _ in 0..10_000 {
+                if FULL_SEEN.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             let mut values = Vec::new();
             let streams = context.receivers.streams();
             let (_, stream) = streams.into_iter().find(|(from, _)| *from == peer).unwrap();
