@@ -492,6 +492,11 @@ impl Node {
 
     pub fn on_completion(&mut self, io: &mut impl NodeIo, completion: Completion) {
         self.with_groups(io, |shard, io| shard.on_completion(io, completion));
+        self.finish_log_reads(io);
+    }
+
+    /// Answers the parked polls whose segment-log reads finished.
+    fn finish_log_reads(&mut self, io: &mut impl NodeIo) {
         while let Some((id, result)) = self.shard.take_segment_read() {
             self.finish_log_read(io, id, result);
         }
@@ -500,6 +505,7 @@ impl Node {
     pub fn tick(&mut self, io: &mut impl NodeIo) {
         self.tick += 1;
         self.with_groups(io, |shard, io| shard.tick(io));
+        self.finish_log_reads(io);
         let late: Vec<u64> = self
             .parked_reads
             .iter()
@@ -896,8 +902,7 @@ impl Node {
             return None;
         }
         let end = plan.start + plan.count as u64;
-        let (_, segments) = self.shard.segment_logs().find(|(namespace, _)| *namespace == group)?;
-        let log = segments.log()?;
+        let log = self.shard.segment_log(group)?.log()?;
         if log.first_offset() > plan.start || log.end_offset() < end {
             return None;
         }

@@ -143,6 +143,9 @@ pub struct Shard<M: MetadataPlane> {
     /// The partitions last published, to open what a janitor held back once it is done.
     published: BTreeMap<Namespace, PartitionGroup>,
     events: VecDeque<ShardEvent>,
+    /// Segment-log reads finished and not yet taken by the node: at most one per read it parked
+    /// (`node::PARKED_READS_MAX`).
+    segment_reads: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
     pub counters: ShardCounters,
 }
 
@@ -161,6 +164,7 @@ impl<M: MetadataPlane> Shard<M> {
             closing: BTreeMap::new(),
             published: BTreeMap::new(),
             events: VecDeque::new(),
+            segment_reads: VecDeque::new(),
             counters: ShardCounters::default(),
             config,
         };
@@ -203,12 +207,23 @@ impl<M: MetadataPlane> Shard<M> {
     ) -> Result<(), ReadError> {
         let group = self.partitions.get_mut(&namespace).ok_or(ReadError::NotOpen)?;
         let segments = group.segments.as_mut().expect("a partition group has a segment log");
-        segments.read(&mut GroupIo::new(io, group.slot, &mut group.in_flight), request)
+        let started = segments.read(&mut GroupIo::new(io, group.slot, &mut group.in_flight), request);
+        // A read of what is still in memory finishes at once.
+        while let Some(read) = segments.take_read() {
+            self.segment_reads.push_back(read);
+        }
+        started
     }
 
-    /// A finished segment-log read of any hosted group, if any.
+    /// A finished segment-log read of any hosted group, if any (each group's are moved here as
+    /// they finish, so taking one costs nothing per hosted group).
     pub fn take_segment_read(&mut self) -> Option<(u64, Result<ReadBatches, ReadError>)> {
-        self.partitions.values_mut().find_map(|group| group.segments.as_mut().and_then(SegmentLog::take_read))
+        self.segment_reads.pop_front()
+    }
+
+    /// A hosted partition group's segment log.
+    pub fn segment_log(&self, namespace: Namespace) -> Option<&SegmentLog> {
+        self.partitions.get(&namespace).and_then(|group| group.segments.as_ref())
     }
 
     /// The segment log of every hosted partition group.
@@ -287,6 +302,9 @@ impl<M: MetadataPlane> Shard<M> {
             if token_owner(completion.token()) == Some(LOG_OWNER) {
                 let segments = group.segments.as_mut().expect("a partition group has a segment log");
                 segments.on_completion(&mut group_io, completion);
+                while let Some(read) = segments.take_read() {
+                    self.segment_reads.push_back(read);
+                }
             } else {
                 group.replica.on_completion(&mut group_io, completion);
             }
