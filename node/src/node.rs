@@ -181,28 +181,51 @@ pub struct NodeCounters {
     /// the machine's memory (the log did not hold the range, or was busy, or its read failed or
     /// took too long).
     pub polls_from_log: u64,
-    pub polls_from_memory: u64,
+    /// Polls without auto-commit answered with less than the machine chose (the log here does not
+    /// hold all of it yet, or a read failed, or `PARKED_READS_MAX`): a prefix, possibly empty.
+    pub polls_cut: u64,
+    /// Replicated poll replies not sent (their batches could not be read here in time): the
+    /// client asks again, and its retry is filled afresh.
+    pub poll_replies_dropped: u64,
 }
 
 /// A poll waiting for its segment-log read.
 struct ParkedRead {
-    /// The range the machine chose; the log's batches fill it.
+    /// The range the machine chose; the log's batches fill it (`plan.batches`: those read so
+    /// far, whole and without a gap from its start, up to `covered_to`).
     plan: PollReply,
+    covered_to: u64,
     since_tick: u64,
     answer: PendingAnswer,
+}
+
+impl PendingAnswer {
+    /// The `group` field of the request or reply: the group whose log is read.
+    fn group_field(&self) -> u64 {
+        match self {
+            PendingAnswer::Local { request, .. } => request.group,
+            PendingAnswer::Replicated { header } => header.group,
+        }
+    }
+
+    /// Whether a read parked at `since_tick` waited too long to go on reading.
+    fn given_up(&self, tick: u64, since_tick: u64) -> bool {
+        since_tick + PARKED_READ_TICKS_MAX <= tick
+    }
 }
 
 /// Who a parked read's batches go to.
 enum PendingAnswer {
     /// A poll without auto-commit, answered by this shard.
-    Local { connection: ConnectionId, request: Header, poll: PartitionRequest },
+    Local { connection: ConnectionId, request: Header },
     /// A replicated poll's reply (its header), routed on once filled.
     Replicated { header: Header },
 }
 
-/// Polls one shard keeps waiting for segment-log reads; past it, polls are answered from memory.
+/// Polls one shard keeps waiting for segment-log reads; past it, a poll without auto-commit is
+/// answered with no messages and a replicated reply is not sent (the client asks again).
 pub const PARKED_READS_MAX: usize = 256;
-/// Ticks a parked poll waits for its read before it is answered from memory.
+/// Ticks a parked poll waits for its read before it is given up as above.
 pub const PARKED_READ_TICKS_MAX: u64 = 50;
 
 /// The `Io` the groups run on: every ask passes through, but what a replica sends to a client
@@ -555,11 +578,10 @@ impl Node {
         }
     }
 
-    /// A replicated poll's reply names its range only (`PartitionMachine::fill`): the messages
-    /// come from the log of the replica here that applied it and sends the reply, fresh for
-    /// every answer (a retried poll's cached reply too). Anything else goes on as it is.
-    /// The batches are read from the group's segment log when it holds the range (the reply is
-    /// parked until they arrive: `None` here), else copied from the machine at once.
+    /// A replicated poll's reply names its range only (`PartitionMachine::poll`): the messages
+    /// come from the segment log of the replica here that applied it and sends the reply, read
+    /// afresh for every answer (a retried poll's cached reply too); the reply is parked until
+    /// they arrive (`None` here). Anything else goes on as it is.
     fn fill_poll_reply(&mut self, io: &mut impl NodeIo, frame: Vec<u8>) -> Option<Vec<u8>> {
         let Ok(header) = Header::decode(&frame) else { return Some(frame) };
         if header.command != Command::Reply || header.operation != OPERATION_POLL_MESSAGES || header.status != 0 {
@@ -572,16 +594,22 @@ impl Node {
             // A refusal (a status word): no messages to fill in.
             return Some(frame);
         };
-        if reply.count > 0 && reply.batches.is_empty() && self.bug() != Some(Bug::PollPastCommit) {
-            if let Some(id) = self.issue_log_read(io, group, &reply) {
-                let answer = PendingAnswer::Replicated { header };
-                self.parked_reads.insert(id, ParkedRead { plan: reply, since_tick: self.tick, answer });
-                return None;
-            }
+        if !reply.batches.is_empty() {
+            return Some(frame);
         }
-        let replica = self.shard.partition(group).expect("checked");
-        replica.state_machine().fill(&mut reply);
-        Some(Message::new(header, encode_poll_reply(&reply)).encode())
+        self.shard.partition(group).expect("checked").state_machine().held(&mut reply);
+        if reply.count == 0 {
+            return Some(Message::new(header, encode_poll_reply(&reply)).encode());
+        }
+        match self.issue_log_read(io, group, &reply) {
+            Some(id) => {
+                let answer = PendingAnswer::Replicated { header };
+                let covered_to = reply.start;
+                self.parked_reads.insert(id, ParkedRead { plan: reply, covered_to, since_tick: self.tick, answer });
+            }
+            None => self.counters.poll_replies_dropped += 1,
+        }
+        None
     }
 
     fn drain_shard_events(&mut self) {
@@ -859,45 +887,49 @@ impl Node {
             .map_err(|_| STATUS_TRANSIENT_NOT_ACCEPTED)
     }
 
-    /// A poll without auto-commit on this shard: its messages come from the group's segment log
-    /// when the log holds the range the machine chooses (the machine's batches are the log's
-    /// bytes: both hold the committed prefix), else from the machine's memory at once.
+    /// A poll without auto-commit on this shard: the machine chooses the range, the group's
+    /// segment log gives its batches (the part of it the log holds: a prefix).
     fn serve_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
-        if let Some((id, plan)) = self.start_log_read(io, &request, &poll) {
-            let answer = PendingAnswer::Local { connection, request, poll };
-            self.parked_reads.insert(id, ParkedRead { plan, since_tick: self.tick, answer });
-            return;
+        let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = poll else {
+            unreachable!("only polls are read locally");
+        };
+        let group = group_namespace(request.group).expect("a read names its group");
+        let open = self.shard.partition(group).is_some_and(|replica| replica.status() != Status::Opening);
+        if open && self.bug() == Some(Bug::PollPastCommit) {
+            if let Some(frame) = self.read_past_commit(&request, &poll) {
+                self.send_read_answer(io, request.origin, connection, frame);
+                return;
+            }
         }
-        let frame = self.read_locally(&request, &poll);
+        let mut plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
+            Some(replica) => replica.state_machine().plan_read(partition, consumer, strategy, count),
+            None => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
+        };
+        if plan.count > 0 {
+            // What the log here holds of the range: a lagging log answers a prefix.
+            let held_end = self.shard.segment_log(group).and_then(|log| log.log()).map_or(0, |log| log.end_offset());
+            let held = held_end.saturating_sub(plan.start).min(plan.count as u64) as u32;
+            if held < plan.count {
+                self.counters.polls_cut += 1;
+                plan.count = held;
+            }
+        }
+        if plan.count > 0 {
+            if let Some(id) = self.issue_log_read(io, group, &plan) {
+                let answer = PendingAnswer::Local { connection, request };
+                let covered_to = plan.start;
+                self.parked_reads.insert(id, ParkedRead { plan, covered_to, since_tick: self.tick, answer });
+                return;
+            }
+            self.counters.polls_cut += 1;
+            plan.count = 0;
+        }
+        let frame = self.poll_answer(&request, &plan);
         self.send_read_answer(io, request.origin, connection, frame);
     }
 
-    /// Starts the segment-log read of a poll, when its log holds the whole range chosen.
-    fn start_log_read(
-        &mut self,
-        io: &mut impl NodeIo,
-        request: &Header,
-        poll: &PartitionRequest,
-    ) -> Option<(u64, PollReply)> {
-        let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = *poll else { return None };
-        if self.bug() == Some(Bug::PollPastCommit) || self.parked_reads.len() == PARKED_READS_MAX {
-            return None;
-        }
-        let group = group_namespace(request.group)?;
-        let replica = self.shard.partition(group).filter(|replica| replica.status() != Status::Opening)?;
-        let plan = replica.state_machine().plan_read(partition, consumer, strategy, count);
-        if plan.count == 0 {
-            // Nothing to read: the answer is the range alone.
-            return None;
-        }
-        let id = self.issue_log_read(io, group, &plan)?;
-        Some((id, plan))
-    }
-
     /// Starts reading a poll's range from its group's segment log, if the log holds all of it.
-    /// Counted as answered from memory when it does not start (else where it is answered).
     fn issue_log_read(&mut self, io: &mut impl NodeIo, group: Namespace, plan: &PollReply) -> Option<u64> {
-        self.counters.polls_from_memory += 1;
         if self.parked_reads.len() == PARKED_READS_MAX {
             return None;
         }
@@ -911,58 +943,72 @@ impl Node {
         let read =
             ReadRequest { id, start: ReadStart::Offset(plan.start), count: plan.count, bytes_max: POLL_BYTES_MAX };
         self.shard.read_segment_log(&mut ReplyTap { io, replies: Vec::new() }, group, read).ok()?;
-        self.counters.polls_from_memory -= 1;
         Some(id)
     }
 
-    /// A parked poll's read is done (or given up): its answer, from the log's batches when they
-    /// cover the range chosen, else from memory.
+    /// A parked poll's read is done (or given up): its batches are added to what was read so far
+    /// as far as they go on without a gap (a read steps over a damaged run), and the next read
+    /// goes on from there (a read ends at its segment's end). Once the range is covered, or the
+    /// log gives no more, the answer: a local poll gets the prefix read; a replicated reply goes
+    /// only whole (it stored the consumer's offset past all of it).
     fn finish_log_read(&mut self, io: &mut impl NodeIo, id: u64, result: Result<ReadBatches, ReadError>) {
-        let Some(parked) = self.parked_reads.remove(&id) else { return };
-        let end = parked.plan.start + parked.plan.count as u64;
-        let covered = result.ok().filter(|read| {
-            // Whole batches without a gap (a read steps over a damaged run) from the range's
-            // start to its end.
+        let Some(mut parked) = self.parked_reads.remove(&id) else { return };
+        let start = parked.plan.start;
+        let end = start + parked.plan.count as u64;
+        let before = parked.covered_to;
+        if let Ok(read) = result {
             let mut rest = read.bytes.as_slice();
-            let (mut first, mut last) = (None, 0);
             while let Ok(header) = BatchHeader::decode(rest) {
-                if first.is_some() && header.base_offset != last {
-                    return false;
+                let Some(len) = usize::try_from(header.batch_length).ok().filter(|len| *len <= rest.len()) else {
+                    break;
+                };
+                let continues = if parked.covered_to == start {
+                    header.base_offset <= start && header.end_offset() > start
+                } else {
+                    header.base_offset == parked.covered_to
+                };
+                if !continues || parked.covered_to >= end {
+                    break;
                 }
-                first.get_or_insert(header.base_offset);
-                last = header.end_offset();
-                rest = rest.get(header.batch_length as usize..).unwrap_or_default();
+                parked.covered_to = header.end_offset();
+                parked.plan.batches.extend_from_slice(&rest[..len]);
+                rest = &rest[len..];
             }
-            rest.is_empty() && first.is_some_and(|first| first <= parked.plan.start) && last >= end
-        });
-        if covered.is_some() {
+        }
+        if parked.covered_to < end
+            && parked.covered_to > before
+            && !parked.answer.given_up(self.tick, parked.since_tick)
+        {
+            let group = group_namespace(parked.answer.group_field()).expect("a parked read names its group");
+            let next = ReadRequest {
+                id,
+                start: ReadStart::Offset(parked.covered_to),
+                count: (end - parked.covered_to) as u32,
+                bytes_max: POLL_BYTES_MAX.saturating_sub(parked.plan.batches.len() as u64).max(1),
+            };
+            if self.shard.read_segment_log(&mut ReplyTap { io, replies: Vec::new() }, group, next).is_ok() {
+                self.parked_reads.insert(id, parked);
+                return;
+            }
+        }
+        let mut reply = parked.plan;
+        reply.count = (parked.covered_to.min(end) - start) as u32;
+        let whole = reply.count as u64 == end - start;
+        if whole {
             self.counters.polls_from_log += 1;
-        } else {
-            self.counters.polls_from_memory += 1;
         }
         match parked.answer {
-            PendingAnswer::Local { connection, request, poll } => {
-                let frame = match covered {
-                    Some(read) => self.poll_answer(&request, &PollReply { batches: read.bytes, ..parked.plan }),
-                    None => self.read_locally(&request, &poll),
-                };
+            PendingAnswer::Local { connection, request } => {
+                if !whole {
+                    self.counters.polls_cut += 1;
+                }
+                let frame = self.poll_answer(&request, &reply);
                 self.send_read_answer(io, request.origin, connection, frame);
             }
-            PendingAnswer::Replicated { header } => {
-                let mut reply = parked.plan;
-                match covered {
-                    Some(read) => reply.batches = read.bytes,
-                    None => {
-                        let group = group_namespace(header.group).expect("a parked reply names its group");
-                        match self.shard.partition(group) {
-                            Some(replica) => replica.state_machine().fill(&mut reply),
-                            // The group went: the range alone (nothing of it is held here).
-                            None => reply.count = 0,
-                        }
-                    }
-                }
+            PendingAnswer::Replicated { header } if whole => {
                 self.route_client_reply(io, Message::new(header, encode_poll_reply(&reply)).encode());
             }
+            PendingAnswer::Replicated { .. } => self.counters.poll_replies_dropped += 1,
         }
     }
 
@@ -977,31 +1023,35 @@ impl Node {
         node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, body)
     }
 
-    /// The reply to a poll from this shard's replica of its group: a committed prefix of the
-    /// log (empty when this node does not host the group yet).
-    fn read_locally(&mut self, request: &Header, poll: &PartitionRequest) -> Vec<u8> {
+    /// The planted bug `PollPastCommit`: a poll that reaches the end of the committed log is
+    /// answered with the batches of the prepares held past the commit point (applied to a copy
+    /// of the machine), never committed. `None` when there are none where it reads.
+    fn read_past_commit(&mut self, request: &Header, poll: &PartitionRequest) -> Option<Vec<u8>> {
         let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = *poll else {
-            unreachable!("only polls are read locally");
+            unreachable!("only polls are read locally")
         };
         let group = group_namespace(request.group).expect("a read names its group");
-        let reply = match self.shard.partition(group) {
-            Some(replica) if replica.status() != Status::Opening && self.bug() == Some(Bug::PollPastCommit) => {
-                // The planted bug: the prepares held past the commit point, applied to a copy.
-                let mut ahead = replica.state_machine().clone();
-                for (prepare, body) in replica.prepares_past_commit() {
-                    for request in batched_requests(body) {
-                        let user_id = request.header.user_id;
-                        ahead.apply(prepare.op, prepare.timestamp, &request.header, user_id, request.body);
-                    }
-                }
-                ahead.read(partition, consumer, strategy, count)
+        let replica = self.shard.partition(group)?;
+        let committed = replica.state_machine().next_offset();
+        let mut ahead = replica.state_machine().clone();
+        for (prepare, body) in replica.prepares_past_commit() {
+            for request in batched_requests(body) {
+                let user_id = request.header.user_id;
+                ahead.apply(prepare.op, prepare.timestamp, &request.header, user_id, request.body);
             }
-            Some(replica) if replica.status() != Status::Opening => {
-                replica.state_machine().read(partition, consumer, strategy, count)
+        }
+        let mut reply = ahead.plan_read(partition, consumer, strategy, count);
+        if reply.count == 0 || reply.start < committed {
+            return None;
+        }
+        let end = reply.start + reply.count as u64;
+        while let Some((base, batch)) = ahead.take_applied() {
+            let batch_end = BatchHeader::decode(&batch).map_or(base, |header| header.end_offset());
+            if batch_end > reply.start && base < end {
+                reply.batches.extend_from_slice(&batch);
             }
-            _ => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
-        };
-        self.poll_answer(request, &reply)
+        }
+        Some(self.poll_answer(request, &reply))
     }
 
     fn send_read_answer(

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Token};
 use vireo_protocol::config::Bug;
-use vireo_protocol::header::{group_namespace, Header};
+use vireo_protocol::header::{group_namespace, Command, Header, Message};
 use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
 use vireo_storage::partition::{token_owner, ReadBatches, ReadError, ReadRequest};
 
@@ -84,6 +84,8 @@ struct Group<S: StateMachine> {
     replica: Replica<S>,
     /// A partition group's segment log (none for the metadata group).
     segments: Option<SegmentLog>,
+    /// The log's durable cursor as last reported to the replica (`external_log_durable`).
+    durable_reported: u64,
 }
 
 impl Group<PartitionMachine> {
@@ -94,8 +96,31 @@ impl Group<PartitionMachine> {
             return;
         }
         let segments = self.segments.as_mut().expect("a partition group has a segment log");
-        let ready = self.replica.status() == Status::Normal;
-        segments.follow(&mut GroupIo::new(io, self.slot, &mut self.in_flight), self.replica.state_machine(), ready);
+        // Caught up with the commits it knows of (a restarted replica's machine replays its WAL
+        // before its first offset is where the log is retained from), or held up by the log (a
+        // checkpoint waits for it, and the WAL for the checkpoint).
+        let caught_up = self.replica.commit_min() == self.replica.commit_max();
+        let waited_for = self.replica.checkpoint_waiting_for().is_some();
+        let ready = self.replica.status() == Status::Normal && (caught_up || waited_for);
+        let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
+        segments.follow(&mut group_io, self.replica.state_machine_mut(), ready);
+        // The group's checkpoints wait for the log to hold their state durably.
+        let durable = segments.durable_cursor();
+        if durable != self.durable_reported {
+            self.durable_reported = durable;
+            self.replica.external_log_durable(&mut group_io, durable);
+        }
+    }
+
+    /// A segment-log frame from a peer's log: a fetch to serve, or the answer to ours.
+    fn on_log_frame(&mut self, io: &mut impl Io, message: &Message) {
+        let segments = self.segments.as_mut().expect("a partition group has a segment log");
+        let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
+        match message.header.command {
+            Command::RequestBatches => segments.on_request_batches(&mut group_io, &message.header),
+            Command::Batches => segments.on_batches(&mut group_io, self.replica.state_machine(), message),
+            _ => unreachable!("only segment-log frames"),
+        }
     }
 }
 
@@ -176,7 +201,8 @@ impl<M: MetadataPlane> Shard<M> {
                 &mut GroupIo::new(io, 0, &mut in_flight),
             );
             shard.slots.insert(0, Namespace::METADATA);
-            shard.metadata = Some(Group { slot: 0, incarnation: 0, in_flight, replica, segments: None });
+            shard.metadata =
+                Some(Group { slot: 0, incarnation: 0, in_flight, replica, segments: None, durable_reported: 0 });
             shard.drain_events(Namespace::METADATA);
         }
         shard
@@ -257,6 +283,19 @@ impl<M: MetadataPlane> Shard<M> {
             }
         } else {
             match self.partitions.get_mut(&namespace) {
+                Some(group) if matches!(header.command, Command::RequestBatches | Command::Batches) => {
+                    // Between the group's logs; checked as the replica checks its own frames.
+                    match Message::decode(bytes, true) {
+                        Ok(message)
+                            if message.header.cluster == group.replica.config().cluster
+                                && message.header.replica < group.replica.config().replica_count =>
+                        {
+                            group.on_log_frame(io, &message);
+                            group.follow(io);
+                        }
+                        _ => self.counters.frames_malformed += 1,
+                    }
+                }
                 Some(group) => {
                     group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes);
                     group.follow(io);
@@ -322,6 +361,7 @@ impl<M: MetadataPlane> Shard<M> {
         for namespace in namespaces {
             let group = self.partitions.get_mut(&namespace).expect("listed");
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
+            group.segments.as_mut().expect("a partition group has a segment log").tick();
             group.follow(io);
             self.drain_events(namespace);
         }
@@ -387,8 +427,16 @@ impl<M: MetadataPlane> Shard<M> {
             let mut in_flight = 0;
             let replica = Replica::open(config, self.config.node, &mut GroupIo::new(io, slot, &mut in_flight));
             self.slots.insert(slot, namespace);
-            let segments = Some(SegmentLog::new(namespace, namespace.unpack().2 as u64, self.config.partition.bug));
-            self.partitions.insert(namespace, Group { slot, incarnation, in_flight, replica, segments });
+            let segments = Some(SegmentLog::new(
+                namespace,
+                namespace.unpack().2 as u64,
+                self.config.partition.bug,
+                replica.config().cluster,
+                self.config.node,
+                replica.config().replica_count,
+            ));
+            self.partitions
+                .insert(namespace, Group { slot, incarnation, in_flight, replica, segments, durable_reported: 0 });
             self.drain_events(namespace);
         }
         assert_eq!(self.slots.len(), self.partitions.len() + self.metadata.is_some() as usize);

@@ -97,6 +97,11 @@ pub enum Command {
     Checkpoint = 23,
     RequestHeaders = 24,
     Headers = 25,
+    /// A partition group's segment log asks a peer's for batches it lacks (`op` the first offset
+    /// wanted, `commit` the end): a log behind its machine after a state transfer or damage.
+    RequestBatches = 26,
+    /// The answer: whole stamped batches from `op` on in the body (empty: the peer holds none).
+    Batches = 27,
 }
 
 impl Command {
@@ -125,6 +130,8 @@ impl Command {
             23 => Checkpoint,
             24 => RequestHeaders,
             25 => Headers,
+            26 => RequestBatches,
+            27 => Batches,
             _ => return None,
         })
     }
@@ -154,6 +161,8 @@ impl Command {
             Checkpoint => "checkpoint",
             RequestHeaders => "request_headers",
             Headers => "headers",
+            RequestBatches => "request_batches",
+            Batches => "batches",
         }
     }
 }

@@ -5,6 +5,12 @@ use crate::header::Header;
 /// A deterministic state machine. Every replica applies the same requests in the same order and
 /// must reach the same state: nothing here may read a clock, a file or a random source.
 pub trait StateMachine: Sized {
+    /// Whether the state's bulk lives in a log outside the snapshot (a partition's segment log):
+    /// then a checkpoint is written only once its owner reports that log durable through the
+    /// checkpoint's cursor (`Replica::external_log_durable`), because the WAL may overwrite the
+    /// checkpoint's ops once it is, and the snapshot alone no longer holds what they wrote.
+    const EXTERNAL_LOG: bool = false;
+
     /// Applies one committed request and returns its reply body. `request` is the client's
     /// request header (client, session, request number, operation, command code); `user_id` is
     /// the user its session registered as (the node vouched for it at register time).

@@ -461,6 +461,10 @@ impl SimDisk {
         for file in vanished {
             self.files.remove(&file);
         }
+        // A file that is there after the power loss has its directory entry on the platter.
+        for target in self.files.values_mut() {
+            target.entry_durable = true;
+        }
     }
 }
 

@@ -279,12 +279,18 @@ impl PartitionHarness {
         Ok(())
     }
 
-    /// Deletes everything and goes on at `offset` (`PartitionLog::purge_to`); the model follows.
+    /// Deletes everything and goes on at `offset` (`PartitionLog::purge_to`: at least the end,
+    /// unless the log is empty); the model follows.
     pub fn purge_to(&mut self, offset: u64) {
         self.settle();
+        let empty = self.log.first_offset() == self.log.end_offset();
+        if empty {
+            // Starting over lower down: nothing below `offset` is held, durable or not.
+            self.durable = self.durable.min(offset);
+        }
         assert!(self.log.purge_to(&mut self.world, offset), "an idle log purges");
         self.settle();
-        let end = self.model_end().max(offset);
+        let end = if empty { offset } else { self.model_end().max(offset) };
         assert_eq!((self.log.first_offset(), self.log.end_offset()), (end, end));
         self.model.clear();
         self.model_first = end;

@@ -198,7 +198,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
              disk_bytes_written={} writes_refused_full={} segment_logs_cut={} \
-             polls_from_log={} polls_from_memory={}",
+             polls_from_log={} polls_cut={} poll_replies_dropped={} fetches_sent={} batches_fetched={} \
+             segment_logs_dropped={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -227,7 +228,11 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.writes_refused_full,
             counters.segment_logs_cut,
             counters.polls_from_log,
-            counters.polls_from_memory,
+            counters.polls_cut,
+            counters.poll_replies_dropped,
+            counters.fetches_sent,
+            counters.batches_fetched,
+            counters.segment_logs_dropped,
         ));
     }
     report

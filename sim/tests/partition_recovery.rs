@@ -478,11 +478,13 @@ fn an_owned_log_writes_no_superblock_and_opens_from_its_owners_claim() {
     assert!(!listing(&harness).contains("superblock"));
 }
 
-/// An owned log that starts after its owner's claim lost its head (a crash took a segment whose
-/// files were never synced, while a later one's survived): what follows the hole cannot stand
-/// alone, so recovery drops it and says so, and the log starts again where the claim says.
+/// An owned log that starts after its owner's claim keeps what it has: its owner may have
+/// retained it from later than the state it claims from now (the owner's state came back older
+/// than its log, and catches up), and dropping it would drop durable batches the owner counts on.
+/// The owner decides: here the head is gone for good, and once the log is empty again (purged to
+/// its end) it may start over lower down, where the owner's state goes on.
 #[test]
-fn an_owned_log_that_lost_its_head_drops_what_follows_the_hole() {
+fn an_owned_log_that_starts_after_its_claim_keeps_what_it_has() {
     let mut harness = PartitionHarness::new_owned(LocalWorld::new(8, no_faults(), false), config());
     for _ in 0..20 {
         harness.append(10, 100);
@@ -492,8 +494,17 @@ fn an_owned_log_that_lost_its_head_drops_what_follows_the_hole() {
     harness.world.disk.remove(FileId::new(NAMESPACE, FileKind::Segment(0)));
     let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0 });
     assert!(second > 0);
-    assert_eq!((report.truncated_from, report.first_offset, report.end_offset), (Some(0), 0, 0), "{report:?}");
-    assert!(report.segments_dropped > 0, "{report:?}");
+    assert_eq!((report.truncated_from, report.first_offset, report.end_offset), (None, second, 200), "{report:?}");
+    assert_eq!(report.segments_dropped, 0, "{report:?}");
+    // Emptied, the log starts over where the owner says, below where it ended.
+    harness.purge_to(200);
+    // An empty log may start over lower down.
+    harness.purge_to(0);
+    assert_eq!((harness.log.first_offset(), harness.log.end_offset()), (0, 0));
+    harness.append(10, 100);
+    sync_and_settle(&mut harness);
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0 });
+    assert_eq!((report.first_offset, report.end_offset), (0, 10), "{report:?}");
 }
 
 /// The owner's claim is what tells damage from a tear: one flipped bit in the active segment,

@@ -1,20 +1,24 @@
-//! `PartitionMachine`: what one partition's VSR group replicates. It owns the partition's stamped
-//! batches (offsets dense from `first_offset` to `next_offset`) and its consumer offsets. The
-//! primary stamps every send's batch as it prepares it (`prepare`: the partition id, the next
-//! offsets, the prepare's timestamp and every checksum), so a prepare carries the bytes exactly
-//! as every replica stores them.
+//! `PartitionMachine`: what one partition's VSR group replicates. It owns the partition's batch
+//! directory (offsets dense from `first_offset` to `next_offset`: each stamped batch's offsets,
+//! size, checksum and newest timestamp), its segments and its consumer offsets, but not the
+//! batches' bytes: those live once, in the group's segment log on each node. The primary stamps
+//! every send's batch as it prepares it (`prepare`: the partition id, the next offsets, the
+//! prepare's timestamp and every checksum), so a prepare carries the bytes exactly as every
+//! replica stores them; `apply` enters the batch in the directory and hands its bytes on
+//! (`take_applied`) to the segment log, which the group's checkpoints wait for
+//! (`StateMachine::EXTERNAL_LOG`).
 //!
-//! The batches are grouped into segments as a segment log groups them: a segment is sealed once
+//! The batches are grouped into segments as the segment log groups them: a segment is sealed once
 //! it holds the topic's `segment_size`, and the next batch opens a new one. Retention goes by
 //! whole sealed segments, as the reference's does: after each send, the oldest sealed segment goes
 //! while its newest batch is older than the topic's message expiry (by the send's prepare
 //! timestamp, so every replica drops the same segments at the same op) or while the partition
 //! holds more than its share of the topic's maximum size. The newest segment always stays.
 //!
-//! Invariants (asserted after every apply): the batches are contiguous, their message counts sum
-//! to `next_offset - first_offset`, the segments cover exactly the batches, and `retained_bytes`
-//! is their total size, at most `RETAINED_BYTES_MAX` (the memory a partition may hold while its
-//! batches live here: beyond it the oldest batches go, whatever the topic says).
+//! Invariants (asserted after every apply): the directory is contiguous, its message counts sum
+//! to `next_offset - first_offset`, the segments cover exactly the batches, `retained_bytes` is
+//! their total size, and the directory holds at most `BATCHES_MAX` batches (what one checkpoint
+//! may carry: beyond it the oldest batches go, whatever the topic says).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -29,14 +33,57 @@ use super::request::{
     SEND_BATCH_AT,
 };
 
-/// Bytes of batches a partition keeps; past it the oldest batches are dropped.
-pub const RETAINED_BYTES_MAX: u64 = 64 << 20;
+/// Batches one partition's directory holds; past it the oldest batches are dropped. It bounds the
+/// directory's memory (`BatchEntry` each) and the checkpoint that carries it (24 bytes each).
+pub const BATCHES_MAX: usize = 1 << 20;
 /// Consumer and group offsets one partition stores.
 pub const CONSUMERS_MAX: usize = 1024;
 /// Bytes of batches one poll returns at most (it always returns at least one whole batch).
 pub const POLL_BYTES_MAX: u64 = 256 << 10;
 /// Messages one poll may ask for.
 pub const POLL_COUNT_MAX: u32 = 100_000;
+/// Bytes of one directory entry in a snapshot.
+const ENTRY_SNAPSHOT_BYTES: usize = 24;
+
+/// One stamped batch as the partition knows it, without its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchEntry {
+    pub base_offset: u64,
+    pub message_count: u32,
+    /// The whole batch's size (frames cap it far below 4 GiB).
+    pub len: u32,
+    /// The batch's `batch_checksum`: a batch fetched from a peer must carry exactly it.
+    pub checksum: u64,
+    /// The newest message timestamp in the batch (what a poll by timestamp goes by).
+    pub timestamp_max: u64,
+}
+
+impl BatchEntry {
+    pub fn end_offset(&self) -> u64 {
+        self.base_offset + self.message_count as u64
+    }
+
+    /// Whether `batch` is the stamped batch this entry describes.
+    pub fn matches(&self, header: &BatchHeader) -> bool {
+        header.base_offset == self.base_offset
+            && header.message_count == self.message_count
+            && header.batch_length == self.len as u64
+            && header.batch_checksum == self.checksum
+    }
+}
+
+/// Batches applied and not yet taken by the segment log (`take_applied`). Not part of the
+/// replicated state: equality ignores it, snapshots and digests leave it out.
+#[derive(Clone, Debug, Default)]
+struct Applied(VecDeque<(u64, Vec<u8>)>);
+
+impl PartialEq for Applied {
+    fn eq(&self, _: &Applied) -> bool {
+        true
+    }
+}
+
+impl Eq for Applied {}
 
 /// A send's batch as `prepare` stamps it for `partition` at `next_offset` and `timestamp_us`,
 /// and that alone: whole, valid, not empty, stamped exactly there. `prepare` counts a send's
@@ -52,11 +99,10 @@ fn stamped_send(batch: &[u8], partition: u32, next_offset: u64, timestamp_us: u6
     exact.then_some(header)
 }
 
-/// A poll's choice: `count` messages from `start`, held by the stored batches at `batches`.
+/// A poll's choice: `count` messages from `start`.
 struct Chosen {
     start: u64,
     count: u32,
-    batches: std::ops::Range<usize>,
 }
 
 /// A run of batches as one segment of the log holds them.
@@ -72,8 +118,8 @@ struct SegmentSpan {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PartitionMachine {
-    /// (base offset, stamped batch), oldest first.
-    batches: VecDeque<(u64, Vec<u8>)>,
+    /// The directory, oldest first.
+    batches: VecDeque<BatchEntry>,
     /// The segments the batches fall in, oldest first; the last one is active unless sealed.
     segments: VecDeque<SegmentSpan>,
     first_offset: u64,
@@ -83,6 +129,7 @@ pub struct PartitionMachine {
     segments_expired: u64,
     /// A chain over every applied request and its reply: equal digests, equal histories.
     digest: u64,
+    applied: Applied,
 }
 
 impl PartitionMachine {
@@ -103,21 +150,37 @@ impl PartitionMachine {
         self.consumer_offsets.get(&consumer).copied()
     }
 
-    /// The stamped batches, oldest first.
-    pub fn batches(&self) -> impl Iterator<Item = &[u8]> {
-        self.batches.iter().map(|(_, bytes)| bytes.as_slice())
+    /// The directory, oldest first.
+    pub fn directory(&self) -> impl Iterator<Item = &BatchEntry> {
+        self.batches.iter()
     }
 
-    /// The batches from the one that starts at `offset` on, each with whether it starts a
-    /// segment; empty when no batch starts there.
-    pub fn batches_from(&self, offset: u64) -> impl Iterator<Item = (u64, &[u8], bool)> {
-        let at = self.batches.partition_point(|(base, _)| *base < offset);
-        let exact = self.batches.get(at).is_some_and(|(base, _)| *base == offset);
+    /// The directory from the batch that starts at `offset` on, each entry with whether it starts
+    /// a segment; empty when no batch starts there.
+    pub fn directory_from(&self, offset: u64) -> impl Iterator<Item = (&BatchEntry, bool)> {
+        let at = self.batches.partition_point(|entry| entry.base_offset < offset);
+        let exact = self.batches.get(at).is_some_and(|entry| entry.base_offset == offset);
         let mut segments = self.segments.iter().map(|segment| segment.start_offset).peekable();
-        self.batches.range(if exact { at.. } else { self.batches.len().. }).map(move |(base, bytes)| {
-            while segments.next_if(|start| start < base).is_some() {}
-            (*base, bytes.as_slice(), segments.peek() == Some(base))
+        self.batches.range(if exact { at.. } else { self.batches.len().. }).map(move |entry| {
+            while segments.next_if(|start| *start < entry.base_offset).is_some() {}
+            (entry, segments.peek() == Some(&entry.base_offset))
         })
+    }
+
+    /// Whether a segment starts at `offset`.
+    pub fn starts_segment(&self, offset: u64) -> bool {
+        self.segments.binary_search_by_key(&offset, |segment| segment.start_offset).is_ok()
+    }
+
+    /// The entry of the batch that starts at `offset`.
+    pub fn batch_at(&self, offset: u64) -> Option<&BatchEntry> {
+        self.directory_from(offset).next().map(|(entry, _)| entry)
+    }
+
+    /// The next batch applied and not yet taken, oldest first: (base offset, stamped bytes). The
+    /// group's segment log takes each after every step of its replica.
+    pub fn take_applied(&mut self) -> Option<(u64, Vec<u8>)> {
+        self.applied.0.pop_front()
     }
 
     /// (start, end, sealed) of every segment, oldest first.
@@ -151,9 +214,22 @@ impl PartitionMachine {
         let count = header.message_count;
         let base_offset = self.next_offset;
         let len = bytes.len() as u64;
+        let timestamp_max = batch::messages(&bytes)
+            .expect("a stamped batch is valid")
+            .iter()
+            .map(|message| message.timestamp)
+            .max()
+            .unwrap_or(timestamp_us);
         self.next_offset += count as u64;
         self.retained_bytes += len;
-        self.batches.push_back((base_offset, bytes));
+        self.batches.push_back(BatchEntry {
+            base_offset,
+            message_count: count,
+            len: u32::try_from(len).expect("a frame holds the batch"),
+            checksum: header.batch_checksum,
+            timestamp_max,
+        });
+        self.applied.0.push_back((base_offset, bytes));
         match self.segments.back_mut().filter(|segment| !segment.sealed) {
             Some(active) => {
                 active.end_offset = self.next_offset;
@@ -171,7 +247,7 @@ impl PartitionMachine {
         let active = self.segments.back_mut().expect("just appended to");
         active.sealed = active.bytes >= retention.segment_size;
         self.apply_retention(retention, timestamp_us);
-        while self.retained_bytes > RETAINED_BYTES_MAX && self.batches.len() > 1 {
+        while self.batches.len() > BATCHES_MAX {
             self.drop_oldest_batch();
         }
         Ok(SendReply { partition, base_offset, message_count: count })
@@ -191,7 +267,7 @@ impl PartitionMachine {
             if !expired && !oversize {
                 return;
             }
-            while self.batches.front().is_some_and(|(base, _)| *base < oldest.end_offset) {
+            while self.batches.front().is_some_and(|entry| entry.base_offset < oldest.end_offset) {
                 self.drop_oldest_batch();
             }
             self.segments_expired += 1;
@@ -200,10 +276,10 @@ impl PartitionMachine {
 
     /// Drops the oldest batch, and its segment with it when it was the segment's last.
     fn drop_oldest_batch(&mut self) {
-        let (_, oldest) = self.batches.pop_front().expect("a batch to drop");
-        let len = oldest.len() as u64;
+        let oldest = self.batches.pop_front().expect("a batch to drop");
+        let len = oldest.len as u64;
         self.retained_bytes -= len;
-        self.first_offset = self.batches.front().map_or(self.next_offset, |(base, _)| *base);
+        self.first_offset = self.batches.front().map_or(self.next_offset, |entry| entry.base_offset);
         let segment = self.segments.front_mut().expect("every batch is in a segment");
         segment.start_offset = self.first_offset;
         segment.bytes -= len;
@@ -212,21 +288,19 @@ impl PartitionMachine {
         }
     }
 
-    /// The first offset at or after `timestamp_us`, or the end.
+    /// The start of the first batch holding a message at or after `timestamp_us`, or the end.
+    /// By whole batches: the directory knows each batch's newest timestamp, not every message's.
     fn offset_at_timestamp(&self, timestamp_us: u64) -> u64 {
-        for (_, bytes) in &self.batches {
-            let messages = batch::messages(bytes).expect("stored batches are valid");
-            if let Some(message) = messages.iter().find(|message| message.timestamp >= timestamp_us) {
-                return message.offset;
-            }
-        }
-        self.next_offset
+        self.batches
+            .iter()
+            .find(|entry| entry.timestamp_max >= timestamp_us)
+            .map_or(self.next_offset, |entry| entry.base_offset)
     }
 
     /// A replicated poll: chooses the messages and (with auto-commit) stores the consumer's
     /// offset past them in the same op, so a retried poll gets the same range and never skips
     /// any. The reply names the range only (`start`, `count`, no batch bytes): the replica that
-    /// sends it re-reads the messages from its log (`fill`), so client tables and checkpoints never
+    /// sends it reads the messages from its segment log, so client tables and checkpoints never
     /// hold message bytes.
     fn poll(
         &mut self,
@@ -267,54 +341,27 @@ impl PartitionMachine {
             PollingStrategy::Next => stored.map_or(self.first_offset, |offset| offset + 1),
         }
         .max(self.first_offset);
-        let mut batches = 0..0;
         let mut end = start;
         if count > 0 && start < self.next_offset {
-            let first = self.batches.partition_point(|(base, _)| *base <= start) - 1;
-            batches = first..first;
+            let first = self.batches.partition_point(|entry| entry.base_offset <= start) - 1;
             let mut taken_bytes = 0u64;
-            for (base, bytes) in self.batches.iter().skip(first) {
-                if end >= start + count as u64 || (taken_bytes > 0 && taken_bytes + bytes.len() as u64 > POLL_BYTES_MAX)
-                {
+            for entry in self.batches.iter().skip(first) {
+                if end >= start + count as u64 || (taken_bytes > 0 && taken_bytes + entry.len as u64 > POLL_BYTES_MAX) {
                     break;
                 }
-                let header = BatchHeader::decode(bytes).expect("stored batches are valid");
-                debug_assert_eq!(header.base_offset, *base);
-                taken_bytes += bytes.len() as u64;
-                batches.end += 1;
-                end = header.end_offset();
+                taken_bytes += entry.len as u64;
+                end = entry.end_offset();
             }
         }
         let delivered = end.saturating_sub(start).min(count as u64) as u32;
-        Chosen { start, count: delivered, batches }
+        Chosen { start, count: delivered }
     }
 
-    fn copy_batches(&self, batches: std::ops::Range<usize>) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        for (_, batch) in self.batches.range(batches) {
-            bytes.extend_from_slice(batch);
-        }
-        bytes
-    }
-
-    /// What a poll returns, changing nothing: the messages of the applied (so committed) log
-    /// from where `strategy` says, at most `count` (and `POLL_BYTES_MAX` of whole batches). A node
-    /// answers a poll without auto-commit with this, from its own replica: a replica that lags
-    /// returns a prefix of the log, never a message that is not committed.
-    pub fn read(&self, partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> PollReply {
-        let chosen = self.choose(consumer, strategy, count);
-        let batches = self.copy_batches(chosen.batches);
-        PollReply {
-            partition,
-            current_offset: self.current_offset(),
-            start: chosen.start,
-            count: chosen.count,
-            batches,
-        }
-    }
-
-    /// What `read` would return, without the batches: the range chosen (for a reader that takes
-    /// the batches from the segment log).
+    /// What a poll without auto-commit returns, changing nothing: the range of the applied (so
+    /// committed) log from where `strategy` says, at most `count` messages (and `POLL_BYTES_MAX`
+    /// of whole batches), without the batches (the reader takes them from the segment log). A
+    /// node answers such a poll from its own replica: a replica that lags returns a prefix of the
+    /// log, never a message that is not committed.
     pub fn plan_read(&self, partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32) -> PollReply {
         let chosen = self.choose(consumer, strategy, count);
         PollReply {
@@ -326,25 +373,21 @@ impl PartitionMachine {
         }
     }
 
-    /// The batches of a replicated poll's reply, re-read from the log by the replica that answers
-    /// it (a reply names its range only, see `poll`). This replica applied the poll, so it holds
-    /// the range unless retention or a purge removed it since: then it gives the part still held.
-    pub fn fill(&self, reply: &mut PollReply) {
-        if reply.count == 0 || !reply.batches.is_empty() {
+    /// A replicated poll's reply cut to what the directory still holds: this replica applied the
+    /// poll, so it holds the range unless retention or a purge removed some of it since (then the
+    /// part left, which starts later). Its batches come from the segment log.
+    pub fn held(&self, reply: &mut PollReply) {
+        if reply.count == 0 {
             return;
         }
         // By offset: whose the poll was does not matter any more.
         let held = self.choose(ConsumerKey::Consumer(0), PollingStrategy::Offset(reply.start), reply.count);
         if held.start != reply.start {
-            // The range's head is gone: what is left of it starts later than the reply says.
             let lost = (held.start - reply.start).min(reply.count as u64) as u32;
             reply.start = held.start;
             reply.count -= lost;
         }
         reply.count = reply.count.min(held.count);
-        if reply.count > 0 {
-            reply.batches = self.copy_batches(held.batches);
-        }
     }
 
     fn store_offset(&mut self, consumer: ConsumerKey, offset: u64) -> Result<(), PartitionStatus> {
@@ -392,6 +435,7 @@ impl PartitionMachine {
             },
             PartitionRequest::Purge { .. } => {
                 self.batches.clear();
+                self.applied.0.clear();
                 self.segments.clear();
                 self.retained_bytes = 0;
                 self.first_offset = self.next_offset;
@@ -402,16 +446,18 @@ impl PartitionMachine {
 
     fn assert_invariants(&self) {
         assert!(self.first_offset <= self.next_offset);
-        assert!(self.retained_bytes <= RETAINED_BYTES_MAX || self.batches.len() == 1);
+        assert!(self.batches.len() <= BATCHES_MAX);
         assert!(self.consumer_offsets.len() <= CONSUMERS_MAX);
-        if let (Some((first, _)), Some((last, bytes))) = (self.batches.front(), self.batches.back()) {
-            assert_eq!(*first, self.first_offset);
-            let header = BatchHeader::decode(bytes).expect("stored batches are valid");
-            assert_eq!(header.base_offset, *last);
-            assert_eq!(header.end_offset(), self.next_offset);
+        if let (Some(first), Some(last)) = (self.batches.front(), self.batches.back()) {
+            assert_eq!(first.base_offset, self.first_offset);
+            assert_eq!(last.end_offset(), self.next_offset);
         } else {
             assert_eq!(self.first_offset, self.next_offset);
         }
+        debug_assert!(
+            self.batches.iter().zip(self.batches.iter().skip(1)).all(|(a, b)| a.end_offset() == b.base_offset),
+            "the directory is contiguous"
+        );
         let mut start = self.first_offset;
         for (index, segment) in self.segments.iter().enumerate() {
             assert_eq!(segment.start_offset, start, "segments are contiguous from the first offset");
@@ -425,6 +471,8 @@ impl PartitionMachine {
 }
 
 impl StateMachine for PartitionMachine {
+    const EXTERNAL_LOG: bool = true;
+
     fn apply(&mut self, op: u64, timestamp: u64, request: &Header, _user_id: u32, body: &[u8]) -> Vec<u8> {
         // Prepare timestamps are nanoseconds; message timestamps are microseconds.
         let reply = self.execute(timestamp / 1000, request.operation, body);
@@ -464,13 +512,17 @@ impl StateMachine for PartitionMachine {
     }
 
     fn snapshot(&self) -> Vec<u8> {
-        let mut bytes = Vec::with_capacity(48 + self.retained_bytes as usize);
+        let mut bytes = Vec::with_capacity(48 + self.batches.len() * ENTRY_SNAPSHOT_BYTES);
         for word in [self.first_offset, self.next_offset, self.digest] {
             bytes.extend_from_slice(&word.to_le_bytes());
         }
+        // The directory: no message bytes (the segment log holds them), offsets implied.
         bytes.extend_from_slice(&(self.batches.len() as u32).to_le_bytes());
-        for (_, batch) in &self.batches {
-            bytes.extend_from_slice(batch);
+        for entry in &self.batches {
+            bytes.extend_from_slice(&entry.message_count.to_le_bytes());
+            bytes.extend_from_slice(&entry.len.to_le_bytes());
+            bytes.extend_from_slice(&entry.checksum.to_le_bytes());
+            bytes.extend_from_slice(&entry.timestamp_max.to_le_bytes());
         }
         // A segment's start and size follow from the batches; its end, age and seal do not.
         bytes.extend_from_slice(&(self.segments.len() as u32).to_le_bytes());
@@ -498,19 +550,26 @@ impl StateMachine for PartitionMachine {
         let first_offset = cursor.u64()?;
         let next_offset = cursor.u64()?;
         let digest = cursor.u64()?;
-        let batch_count = cursor.u32()?;
+        let batch_count = cursor.u32()? as usize;
+        if batch_count > BATCHES_MAX {
+            return None;
+        }
         let mut machine = PartitionMachine { first_offset, next_offset, digest, ..PartitionMachine::default() };
         let mut expected = first_offset;
         for _ in 0..batch_count {
-            let header = BatchHeader::decode(snapshot.get(cursor.at..)?).ok()?;
-            let batch = cursor.take(usize::try_from(header.batch_length).ok()?)?.to_vec();
-            batch::validate(&batch).ok()?;
-            if header.base_offset != expected {
+            let entry = BatchEntry {
+                base_offset: expected,
+                message_count: cursor.u32()?,
+                len: cursor.u32()?,
+                checksum: cursor.u64()?,
+                timestamp_max: cursor.u64()?,
+            };
+            if entry.message_count == 0 || (entry.len as usize) < batch::BATCH_HEADER_SIZE {
                 return None;
             }
-            expected = header.end_offset();
-            machine.retained_bytes += batch.len() as u64;
-            machine.batches.push_back((header.base_offset, batch));
+            expected = expected.checked_add(entry.message_count as u64)?;
+            machine.retained_bytes += entry.len as u64;
+            machine.batches.push_back(entry);
         }
         if expected != next_offset {
             return None;
@@ -530,11 +589,11 @@ impl StateMachine for PartitionMachine {
                 _ => return None,
             };
             let mut bytes = 0u64;
-            while let Some((base, batch)) = batches.next_if(|(base, _)| *base < end_offset) {
-                debug_assert!(*base >= start_offset);
-                bytes += batch.len() as u64;
+            while let Some(entry) = batches.next_if(|entry| entry.base_offset < end_offset) {
+                debug_assert!(entry.base_offset >= start_offset);
+                bytes += entry.len as u64;
             }
-            let at_boundary = batches.peek().map_or(next_offset, |(base, _)| *base) == end_offset;
+            let at_boundary = batches.peek().map_or(next_offset, |entry| entry.base_offset) == end_offset;
             if end_offset <= start_offset || !at_boundary {
                 return None;
             }
@@ -623,6 +682,14 @@ mod tests {
         assert_eq!(reply[..4], [0; 4], "the send is stored");
     }
 
+    /// Appends what the machine applied to `log`, as the segment log takes it.
+    fn take_log(machine: &mut PartitionMachine, log: &mut Vec<u8>) {
+        while let Some((base, batch)) = machine.take_applied() {
+            assert_eq!(BatchHeader::decode(&batch).unwrap().base_offset, base);
+            log.extend_from_slice(&batch);
+        }
+    }
+
     fn ids(batches: &[u8], from: u64, to: u64) -> Vec<u128> {
         let mut ids = Vec::new();
         let mut rest = batches;
@@ -643,6 +710,7 @@ mod tests {
         let mut machine = PartitionMachine::empty();
         send(&mut machine, 1, 10..13);
         send(&mut machine, 2, 13..15);
+        let mut log = Vec::new();
         let consumer = ConsumerKey::Consumer(7);
         let poll = PartitionRequest::Poll {
             partition: 0,
@@ -654,20 +722,23 @@ mod tests {
         let reply = decode_poll_reply(&apply(&mut machine, 3, &poll)).unwrap();
         assert_eq!((reply.start, reply.count, reply.batches.len()), (0, 4, 0), "a range, no bytes");
         assert_eq!(machine.consumer_offset(consumer), Some(3));
+        take_log(&mut machine, &mut log);
         let mut first = reply.clone();
-        machine.fill(&mut first);
-        assert_eq!(ids(&first.batches, first.start, first.start + first.count as u64), [10, 11, 12, 13]);
+        machine.held(&mut first);
+        assert_eq!(ids(&log, first.start, first.start + first.count as u64), [10, 11, 12, 13]);
         send(&mut machine, 4, 15..20);
+        take_log(&mut machine, &mut log);
         let mut retried = reply.clone();
-        machine.fill(&mut retried);
-        assert_eq!(retried, first, "a retry re-read later gets the same messages");
+        machine.held(&mut retried);
+        assert_eq!(retried, first, "a retry read later names the same messages");
+        assert_eq!(ids(&log, retried.start, retried.start + retried.count as u64), [10, 11, 12, 13]);
         let next = decode_poll_reply(&apply(&mut machine, 5, &poll)).unwrap();
         assert_eq!((next.start, next.count), (4, 4));
     }
 
     /// What a purge removed between a poll and its answer is not delivered.
     #[test]
-    fn a_fill_gives_only_what_the_log_still_holds() {
+    fn a_reply_holds_only_what_the_directory_still_holds() {
         let mut machine = PartitionMachine::empty();
         send(&mut machine, 1, 10..13);
         let poll = PartitionRequest::Poll {
@@ -680,8 +751,8 @@ mod tests {
         let reply = decode_poll_reply(&apply(&mut machine, 2, &poll)).unwrap();
         apply(&mut machine, 3, &PartitionRequest::Purge { partition: 0 });
         let mut filled = reply;
-        machine.fill(&mut filled);
-        assert_eq!((filled.count, filled.batches.len()), (0, 0));
+        machine.held(&mut filled);
+        assert_eq!(filled.count, 0);
     }
 
     /// The primary stamps a send where the log will hold it: the prepare carries the stored
@@ -700,7 +771,10 @@ mod tests {
         assert_eq!((stamped.base_offset, stamped.base_timestamp), (3, 2_000));
         batch::validate(&body[SEND_BATCH_AT..]).unwrap();
         machine.apply(2, 2_000_000, &header, 0, &body);
-        assert_eq!(machine.batches().last().unwrap(), &body[SEND_BATCH_AT..]);
+        let applied: Vec<_> = std::iter::from_fn(|| machine.take_applied()).collect();
+        assert_eq!(applied.last().unwrap().1, &body[SEND_BATCH_AT..]);
+        let entry = machine.batch_at(3).unwrap();
+        assert!(entry.matches(&stamped) && entry.len as usize == body.len() - SEND_BATCH_AT);
         assert_eq!(machine.next_offset(), cursor);
     }
 
@@ -741,9 +815,9 @@ mod tests {
         // The first is skipped at commit; the second is stored at 0.
         let reply = machine.apply(1, 4_000_000, &header, 0, &applied);
         assert_eq!(reply[..4], [0; 4], "stored");
-        let stored = machine.batches().next().unwrap();
-        assert_eq!(BatchHeader::decode(stored).unwrap().base_offset, 0);
-        batch::validate(stored).unwrap();
+        let (base, stored) = machine.take_applied().unwrap();
+        assert_eq!((base, BatchHeader::decode(&stored).unwrap().base_offset), (0, 0));
+        batch::validate(&stored).unwrap();
         assert_eq!((machine.next_offset(), machine.prepare_cursor()), (3, 3));
     }
 
@@ -838,13 +912,14 @@ mod tests {
         let retention = Retention { segment_size: 2 * one_batch, message_expiry_us: 3_000, max_bytes: 0 };
         send_singles(&mut machine, 1..=5, retention);
         let snapshot = machine.snapshot();
+        let entries = machine.directory().count();
         let mut restored = PartitionMachine::restore(&snapshot).expect("a snapshot restores");
         assert_eq!(restored, machine);
         send_kept(&mut machine, 7, 7..8, retention);
         send_kept(&mut restored, 7, 7..8, retention);
         assert_eq!(restored, machine);
-        // The segment count sits after the batches; claim one segment more than there are.
-        let at = 28 + machine.batches().map(<[u8]>::len).sum::<usize>() - one_batch as usize;
+        // The segment count sits after the directory; claim one segment more than there are.
+        let at = 28 + entries * ENTRY_SNAPSHOT_BYTES;
         let mut garbage = snapshot.clone();
         let count = u32::from_le_bytes(garbage[at..at + 4].try_into().unwrap());
         garbage[at..at + 4].copy_from_slice(&(count + 1).to_le_bytes());

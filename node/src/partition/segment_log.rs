@@ -1,27 +1,37 @@
 //! `SegmentLog`: a partition group's segment log on its node, kept by the shard beside the group's
-//! replica. It holds the batches the group committed as the replica's `PartitionMachine` holds
-//! them: the same offsets, the same segments (the log never seals by itself: it seals where the
-//! machine's segments end, so every replica's files end at the same batches), the same retention
-//! (a segment goes once the machine's first offset passes it). Its superblock is the group's
-//! (`PartitionLog::open_owned`): the log writes none of its own.
+//! replica. It is where the group's messages live: the replica's `PartitionMachine` keeps only
+//! their directory, and hands each batch it applies on (`take_applied`) to this log, which holds
+//! it until its files hold it durably. The log follows the machine: the same offsets, the same
+//! segments (it never seals by itself: it seals where the machine's segments end, so every
+//! replica's files end at the same batches), the same retention (a segment goes once the machine's
+//! first offset passes it). Its superblock is the group's (`PartitionLog::open_owned`): the log
+//! writes none of its own; instead the group's checkpoints wait until the log is durable through
+//! their cursor (`durable_cursor`, reported to the replica by the shard), so the WAL overwrites no
+//! prepare whose batch is not durable here.
 //!
-//! The machine still holds its batches in memory and in its checkpoints, and polls are served from
-//! there: this log follows the machine (`follow`, after every step of the replica) and is checked
-//! against it, so that the files, their recovery and their retention run under every fault the
-//! simulator injects before reads and checkpoints move onto them. Until the group's checkpoints
-//! wait for the log's syncs, the group claims nothing of it at open (frontier 0): recovery keeps
-//! every valid batch and cuts at the first bad one, and the log catches up from the machine.
+//! A log that lacks batches its machine holds (the group took a checkpoint from a peer, or a
+//! crash or damage cut the files) fetches them from a peer's log: `RequestBatches` for the range
+//! from its end, answered with whole batches (`Batches`, at most `FETCH_BYTES_MAX`), each checked
+//! against the machine's directory (offsets, size, checksum) before it is appended. Damage a read
+//! finds twice in a row at the same place (a damaged batch, an unreadable sector) drops the whole
+//! log on a cluster: its files are removed and it is fetched again from a peer's (repairing the
+//! damaged batch in place is not built yet). A single node keeps what it has.
 //!
-//! Bounds: appends stop at the log's own bound (`unwritten_bytes_max`, refused as `Busy`) and
-//! go on at the next step; the machine holds what is not written yet.
+//! Bounds: the batches waiting here are bounded by the group's WAL (its checkpoints wait for this
+//! log, and the WAL holds at most `journal_slots` ops past the durable one); appends stop at the
+//! log's own bound (`unwritten_bytes_max`, refused as `Busy`) and go on at the next step; one
+//! fetch in flight, `FETCHES_SERVED_MAX` peers' fetches served at once (more are dropped: the
+//! peer asks again).
 
-use std::collections::VecDeque;
-use vireo_io::{Completion, Io, Namespace};
+use std::collections::{BTreeMap, VecDeque};
+use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
+use vireo_protocol::header::{group_of, Command, Header, Message};
 
+use vireo_storage::batch::{self, BatchHeader};
 use vireo_storage::partition::{
-    AppendError, OwnerClaim, PartitionConfig, PartitionEvent, PartitionLog, ReadBatches, ReadError, ReadRequest,
-    RecoveryReport, Status,
+    owner_token, AppendError, OwnerClaim, PartitionConfig, PartitionEvent, PartitionLog, ReadBatches, ReadError,
+    ReadRequest, ReadStart, RecoveryReport, Status,
 };
 
 use super::PartitionMachine;
@@ -29,6 +39,14 @@ use super::PartitionMachine;
 /// Owner number of every group's log: a group's I/O tokens carry its slot in the bits a log's
 /// owner would use, so the owner is always 0 and the slot tells groups apart.
 pub const LOG_OWNER: u16 = 0;
+/// Bytes of batches one `Batches` answer carries at most (it carries at least one whole batch).
+pub const FETCH_BYTES_MAX: u64 = 1 << 20;
+/// Ticks a fetch waits for its answer before it asks the next peer.
+pub const FETCH_TICKS_MAX: u64 = 20;
+/// Peers' fetches one log serves at once.
+pub const FETCHES_SERVED_MAX: usize = 4;
+/// Read ids of served fetches carry this bit (the node's poll reads never do).
+const FETCH_READ: u64 = 1 << 63;
 
 /// What a group's segment log did, since its shard started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,14 +59,34 @@ pub struct SegmentLogCounters {
     /// Appends refused because too much waited to be written (retried at the next step).
     pub appends_busy: u64,
     /// Appends refused for any other reason (the log failed, or does not continue where the
-    /// machine's batch starts: a divergence the simulator's end check reports).
+    /// batch starts: a divergence the simulator's end check reports).
     pub appends_refused: u64,
     /// Times the log started again at the machine's first offset, having none of its batches.
     pub skips_ahead: u64,
     pub failures: u64,
     /// Opens whose recovery cut the log (a torn tail, or damage: the group claims nothing yet) or
-    /// reported damaged batches; the log takes them again from the machine.
+    /// reported damaged batches; the log takes them again from a peer.
     pub opens_cut: u64,
+    /// Reads that found a damaged batch or an unreadable sector.
+    pub reads_damaged: u64,
+    /// Logs dropped for damage confirmed, to be fetched again whole from a peer's.
+    pub logs_dropped: u64,
+    /// Fetches asked of peers, batches they brought, and answers refused (empty, not where the
+    /// log ends, or not what the directory says).
+    pub fetches_sent: u64,
+    pub batches_fetched: u64,
+    pub fetch_answers_refused: u64,
+    /// Peers' fetches answered, and dropped (the log not open, or `FETCHES_SERVED_MAX` in flight).
+    pub fetches_served: u64,
+    pub fetches_dropped: u64,
+}
+
+/// A fetch asked of a peer and not answered yet.
+#[derive(Clone, Copy, Debug)]
+struct Fetch {
+    from: u64,
+    peer: u8,
+    since_tick: u64,
 }
 
 pub struct SegmentLog {
@@ -56,6 +94,29 @@ pub struct SegmentLog {
     config: PartitionConfig,
     log: Option<PartitionLog>,
     bug: Option<Bug>,
+    cluster: u128,
+    replica: u8,
+    replica_count: u8,
+    /// Batches the machine applied that the log does not hold durably yet: (base, end, bytes),
+    /// oldest first, contiguous.
+    pending: VecDeque<(u64, u64, Vec<u8>)>,
+    fetch: Option<Fetch>,
+    /// The peer the next fetch asks.
+    fetch_peer: u8,
+    /// Served fetches' reads in flight: read id to the peer that asked.
+    serving: BTreeMap<u64, u8>,
+    serve_next: u64,
+    /// A read that found damage (the offset it named, `u64::MAX` for a device error): a second
+    /// one in a row at the same place confirms it (a read can be damaged on the way up).
+    suspect: Option<u64>,
+    /// Damage confirmed: once its I/O is done the log is dropped, its files removed, and it is
+    /// opened again empty and fetched from a peer's (repairing one batch in place is not built).
+    damaged: bool,
+    /// Files of a dropped log to remove, the last first, and whether a removal is in flight.
+    removals: Vec<FileKind>,
+    removing: bool,
+
+    tick: u64,
     /// Reads finished and not yet taken (`take_read`): at most the log's `reads_max`.
     reads_done: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
     /// The last open's report.
@@ -65,8 +126,16 @@ pub struct SegmentLog {
 
 impl SegmentLog {
     /// A log not opened yet: `follow` opens it once the group's replica is open (so that a wipe
-    /// of an earlier incarnation's files is done).
-    pub fn new(namespace: Namespace, partition_id: u64, bug: Option<Bug>) -> SegmentLog {
+    /// of an earlier incarnation's files is done). `replica` of `replica_count` is this node's
+    /// place in the group, whose peers' logs it fetches from.
+    pub fn new(
+        namespace: Namespace,
+        partition_id: u64,
+        bug: Option<Bug>,
+        cluster: u128,
+        replica: u8,
+        replica_count: u8,
+    ) -> SegmentLog {
         let config = PartitionConfig {
             partition_id,
             // The machine says where segments end (`follow`).
@@ -78,6 +147,19 @@ impl SegmentLog {
             config,
             log: None,
             bug,
+            cluster,
+            replica,
+            replica_count,
+            pending: VecDeque::new(),
+            fetch: None,
+            fetch_peer: (replica + 1) % replica_count,
+            serving: BTreeMap::new(),
+            serve_next: 0,
+            suspect: None,
+            damaged: false,
+            removals: Vec::new(),
+            removing: false,
+            tick: 0,
             reads_done: VecDeque::new(),
             opened: None,
             counters: SegmentLogCounters::default(),
@@ -88,11 +170,23 @@ impl SegmentLog {
         self.log.as_ref().filter(|log| log.status() == Status::Open)
     }
 
+    /// Every message below this is durable in the log (0 while it is not open): what the group's
+    /// checkpoints wait for.
+    pub fn durable_cursor(&self) -> u64 {
+        self.log().map_or(0, PartitionLog::synced_offset)
+    }
+
+    /// Bytes of applied batches waiting to be durable here.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending.iter().map(|(_, _, bytes)| bytes.len() as u64).sum()
+    }
+
     /// Starts a read of the open log; its result comes back through `take_read`.
     pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
+        debug_assert_eq!(request.id & FETCH_READ, 0);
         let log = self.log.as_mut().filter(|log| log.status() == Status::Open).ok_or(ReadError::NotOpen)?;
         log.read(io, request)?;
-        self.drain_events();
+        self.drain_events(io);
         Ok(())
     }
 
@@ -103,15 +197,43 @@ impl SegmentLog {
 
     /// A completion of this log's I/O (the shard tells them from the replica's by their tag).
     pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
-        if let Some(log) = self.log.as_mut() {
-            log.on_completion(io, completion);
+        match self.log.as_mut() {
+            Some(log) => log.on_completion(io, completion),
+            None => {
+                // A removal of a dropped log's file (a failed one leaves a file the next open
+                // finds, reads, and drops again if it is damaged).
+                assert!(matches!(completion, Completion::Remove { .. }), "only removals run without a log");
+                self.removing = false;
+                self.remove_next(io);
+            }
         }
-        self.drain_events();
+        self.drain_events(io);
     }
 
-    fn drain_events(&mut self) {
-        let Some(log) = self.log.as_mut() else { return };
-        while let Some(event) = log.poll_event() {
+    fn remove_next(&mut self, io: &mut impl Io) {
+        if let Some(kind) = self.removals.pop() {
+            io.remove(FileId::new(self.namespace, kind), owner_token(LOG_OWNER, 0));
+            self.removing = true;
+        }
+    }
+
+    pub fn tick(&mut self) {
+        self.tick += 1;
+        if self.fetch.is_some_and(|fetch| fetch.since_tick + FETCH_TICKS_MAX <= self.tick) {
+            self.fetch = None;
+            self.next_peer();
+        }
+    }
+
+    fn next_peer(&mut self) {
+        self.fetch_peer = (self.fetch_peer + 1) % self.replica_count;
+        if self.fetch_peer == self.replica {
+            self.fetch_peer = (self.fetch_peer + 1) % self.replica_count;
+        }
+    }
+
+    fn drain_events(&mut self, io: &mut impl Io) {
+        while let Some(event) = self.log.as_mut().and_then(PartitionLog::poll_event) {
             match event {
                 PartitionEvent::Opened(report) => {
                     if !report.damaged.is_empty() || report.truncated_from.is_some() {
@@ -121,27 +243,153 @@ impl SegmentLog {
                 }
                 PartitionEvent::SegmentDeleted { .. } => self.counters.segments_deleted += 1,
                 PartitionEvent::Failed(_) => self.counters.failures += 1,
+                PartitionEvent::Read { id, result } => {
+                    let damage = match &result {
+                        Err(ReadError::Corrupt { offset }) => Some(*offset),
+                        Err(ReadError::Io(_)) => Some(u64::MAX),
+                        _ => None,
+                    };
+                    if let Some(at) = damage {
+                        self.counters.reads_damaged += 1;
+                        // Only a cluster can repair: a single node keeps what it has.
+                        self.damaged |= self.suspect == Some(at) && self.replica_count > 1;
+                        self.suspect = Some(at);
+                    } else if result.is_ok() {
+                        self.suspect = None;
+                    }
+                    match self.serving.remove(&id) {
+                        Some(peer) => {
+                            // Only whole batches from where the peer's log ends.
+                            let bytes = result.map(|read| read.bytes).unwrap_or_default();
+                            let mut header = self.header(Command::Batches);
+                            header.op = BatchHeader::decode(&bytes).map_or(0, |first| first.base_offset);
+                            io.send(Peer::Replica(peer), Message::new(header, bytes).encode());
+                            self.counters.fetches_served += 1;
+                        }
+                        None => self.reads_done.push_back((id, result)),
+                    }
+                }
                 // A rejected write (a full disk) takes the batches from its offset: the log is
-                // cut there and the machine's copies are appended again.
-                PartitionEvent::Read { id, result } => self.reads_done.push_back((id, result)),
+                // cut there and the pending copies are appended again.
                 PartitionEvent::Durable { .. } | PartitionEvent::Rejected { .. } => {}
             }
         }
     }
 
-    /// Brings the log to the machine: opens it, skips ahead or drops what the machine no longer
-    /// holds, seals where the machine's segments end, and appends the committed batches it lacks.
-    pub fn follow(&mut self, io: &mut impl Io, machine: &PartitionMachine, ready: bool) {
+    fn header(&self, command: Command) -> Header {
+        let mut header = Header::new(command, self.cluster, self.replica);
+        header.group = group_of(self.namespace);
+        header
+    }
+
+    /// A peer's log asks for the batches from `op` (its end) to `commit`: answered from this log
+    /// with whole batches, at most `FETCH_BYTES_MAX`, once read (an empty answer: none held).
+    pub fn on_request_batches(&mut self, io: &mut impl Io, request: &Header) {
+        if request.replica == self.replica || request.replica >= self.replica_count || request.commit <= request.op {
+            return;
+        }
+        let held = self.log().is_some_and(|log| log.first_offset() <= request.op && request.op < log.end_offset());
+        if !held || self.serving.len() == FETCHES_SERVED_MAX {
+            self.counters.fetches_dropped += 1;
+            if !held {
+                io.send(
+                    Peer::Replica(request.replica),
+                    Message::new(self.header(Command::Batches), Vec::new()).encode(),
+                );
+            }
+            return;
+        }
+        let id = FETCH_READ | self.serve_next;
+        self.serve_next += 1;
+        let count = (request.commit - request.op).min(u32::MAX as u64) as u32;
+        let read = ReadRequest { id, start: ReadStart::Offset(request.op), count, bytes_max: FETCH_BYTES_MAX };
+        let log = self.log.as_mut().expect("held");
+        match log.read(io, read) {
+            Ok(()) => {
+                self.serving.insert(id, request.replica);
+            }
+            Err(_) => self.counters.fetches_dropped += 1,
+        }
+        self.drain_events(io);
+    }
+
+    /// A peer's answer to our fetch: the batches that continue the log where it ends and match
+    /// the machine's directory are appended (and synced), the rest refused.
+    pub fn on_batches(&mut self, io: &mut impl Io, machine: &PartitionMachine, answer: &Message) {
+        let Some(fetch) = self.fetch.filter(|fetch| fetch.peer == answer.header.replica) else { return };
+        self.fetch = None;
+        let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open && !self.damaged) else { return };
+        let mut rest = answer.body.as_slice();
+        let mut appended = 0;
+        while !rest.is_empty() && log.end_offset() < machine.next_offset() {
+            let Ok(header) = BatchHeader::decode(rest) else { break };
+            let Some(stored) = rest.get(..header.batch_length as usize) else { break };
+            let expected = machine.batch_at(log.end_offset());
+            if header.base_offset != log.end_offset()
+                || log.end_offset() < fetch.from
+                || !expected.is_some_and(|entry| entry.matches(&header))
+                || batch::validate(stored).is_err()
+            {
+                break;
+            }
+            if machine.starts_segment(header.base_offset) {
+                seal_before(log, io, self.bug, &mut self.counters);
+            }
+            match log.append_stamped(io, stored.to_vec()) {
+                Ok(_) => {
+                    appended += 1;
+                    self.counters.batches_fetched += 1;
+                    self.counters.batches_appended += 1;
+                    self.counters.segment_bytes += stored.len() as u64;
+                }
+                Err(_) => break,
+            }
+            rest = &rest[stored.len()..];
+        }
+        if appended == 0 {
+            // The peer holds none of it (or sent something else): ask the next.
+            self.counters.fetch_answers_refused += 1;
+            self.next_peer();
+        } else {
+            log.sync(io);
+        }
+        self.drain_events(io);
+    }
+
+    /// Brings the log to the machine: takes the batches it applied, opens the log, skips ahead or
+    /// drops what the machine no longer holds, seals where the machine's segments end, appends
+    /// the batches it lacks (from what was applied, else fetched from a peer) and syncs them.
+    /// `ready`: the machine is where the group's log is (restored, and caught up with the commits
+    /// it knows of), so that its first offset is where the log may be claimed from.
+    pub fn follow(&mut self, io: &mut impl Io, machine: &mut PartitionMachine, ready: bool) {
+        while let Some((base, bytes)) = machine.take_applied() {
+            let end = BatchHeader::decode(&bytes).expect("an applied batch is stamped").end_offset();
+            debug_assert!(self.pending.back().is_none_or(|(_, last, _)| *last == base));
+            if self.pending.back().is_some_and(|(_, last, _)| *last != base) {
+                // A purge or a checkpoint moved the machine past what waited here.
+                self.pending.clear();
+            }
+            self.pending.push_back((base, end, bytes));
+        }
+        let (first, next) = (machine.first_offset(), machine.next_offset());
+        while self.pending.front().is_some_and(|(_, end, _)| *end <= first) {
+            self.pending.pop_front();
+        }
+
         match self.log.as_ref().map(PartitionLog::status) {
+            None if self.removing => return,
             None => {
                 // The claim must be where the machine is retained from now: only once its state
                 // is restored (the replica is open, but may still wait for a view or a checkpoint).
                 if !ready {
                     return;
                 }
-                let claim = OwnerClaim { frontier: 0, retained_from: machine.first_offset() };
+                self.damaged = false;
+                self.suspect = None;
+                self.serving.clear();
+                let claim = OwnerClaim { frontier: 0, retained_from: first };
                 self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
-                self.drain_events();
+                self.drain_events(io);
                 return;
             }
             Some(Status::Opening) => return,
@@ -152,38 +400,62 @@ impl SegmentLog {
                 }
                 return;
             }
+            Some(Status::Open) if self.damaged => {
+                let log = self.log.as_ref().expect("open");
+                if log.ops_in_flight() == 0 {
+                    // Newest first, one at a time (a device may complete requests in any order): a
+                    // crash part way leaves a prefix of the log, which a later open keeps as it is
+                    // (what it holds is still the committed log).
+                    for (start, ..) in log.segments() {
+                        self.removals.push(FileKind::Segment(start));
+                        self.removals.push(FileKind::Index(start));
+                    }
+                    self.remove_next(io);
+                    self.log = None;
+                    self.fetch = None;
+                    self.counters.logs_dropped += 1;
+                }
+                return;
+            }
             Some(Status::Open) => {}
         }
         let log = self.log.as_mut().expect("open");
-        let (first, next) = (machine.first_offset(), machine.next_offset());
+        let synced = log.synced_offset();
+        while self.pending.front().is_some_and(|(_, end, _)| *end <= synced) {
+            self.pending.pop_front();
+        }
         let end = log.end_offset();
         if end > next {
             // Recovery kept batches the machine has not applied again yet (it replays, or waits
             // to learn the commits): they are committed, so it will. Wait for it.
             return;
         }
-        if first >= end && log.first_offset() < end || first > end {
+        let empty_past_first = log.first_offset() == end && end > first;
+        if first >= end && log.first_offset() < end || first > end || empty_past_first {
             // Nothing the log holds is kept any more (a purge), or the machine holds nothing
-            // from where the log ends (it took a checkpoint past it).
+            // from where the log ends (it took a checkpoint past it), or the log holds nothing
+            // and starts past the machine (a crash took its unsynced first segment).
             if log.purge_to(io, first) {
                 self.counters.skips_ahead += u64::from(first > end);
             }
-            self.drain_events();
+            self.drain_events(io);
             return;
         }
         log.retain_from(io, first);
         let mut appended = false;
-        for (base, batch, starts_segment) in machine.batches_from(log.end_offset()) {
-            let sealing = starts_segment && self.bug != Some(Bug::SegmentLogIgnoresSeals);
-            if sealing && log.segments().last().is_some_and(|(start, end, ..)| start < end) {
-                log.seal(io);
-                self.counters.segments_sealed += 1;
+        let from = log.end_offset();
+        for (base, _, bytes) in self.pending.iter().filter(|(_, end, _)| *end > from) {
+            if *base != log.end_offset() {
+                break;
             }
-            match log.append_stamped(io, batch.to_vec()) {
+            if machine.starts_segment(*base) {
+                seal_before(log, io, self.bug, &mut self.counters);
+            }
+            match log.append_stamped(io, bytes.clone()) {
                 Ok(appended_at) => {
-                    debug_assert_eq!(appended_at.base_offset, base);
+                    debug_assert_eq!(appended_at.base_offset, *base);
                     self.counters.batches_appended += 1;
-                    self.counters.segment_bytes += batch.len() as u64;
+                    self.counters.segment_bytes += bytes.len() as u64;
                     appended = true;
                 }
                 Err(AppendError::Busy) => {
@@ -199,6 +471,30 @@ impl SegmentLog {
         if appended {
             log.sync(io);
         }
-        self.drain_events();
+        let end = log.end_offset();
+        let has_next = self.pending.iter().any(|(base, _, _)| *base == end);
+        if end < next && !has_next && self.fetch.is_none() && self.replica_count > 1 {
+            // A hole between the log and what was applied: a peer's log has it.
+            let to = self.pending.iter().map(|(base, _, _)| *base).find(|base| *base > end).unwrap_or(next);
+            let mut request = self.header(Command::RequestBatches);
+            request.op = end;
+            request.commit = to;
+            io.send(Peer::Replica(self.fetch_peer), Message::new(request, Vec::new()).encode());
+            self.fetch = Some(Fetch { from: end, peer: self.fetch_peer, since_tick: self.tick });
+            self.counters.fetches_sent += 1;
+        }
+        self.drain_events(io);
+    }
+}
+
+/// Seals the log's active segment (unless empty) before a batch that starts one of the
+/// machine's segments.
+fn seal_before(log: &mut PartitionLog, io: &mut impl Io, bug: Option<Bug>, counters: &mut SegmentLogCounters) {
+    if bug == Some(Bug::SegmentLogIgnoresSeals) {
+        return;
+    }
+    if log.segments().last().is_some_and(|(start, end, ..)| start < end) {
+        log.seal(io);
+        counters.segments_sealed += 1;
     }
 }

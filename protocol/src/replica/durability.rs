@@ -131,8 +131,10 @@ enum SnapshotStage {
 pub struct SnapshotPipeline {
     stage: SnapshotStage,
     writing: Option<(CheckpointRecord, Vec<u8>)>,
-    /// A snapshot to write once the previous checkpoint is durable (latest wins).
-    pending: Option<(u64, u128, Vec<u8>)>,
+    /// A snapshot to write once the previous checkpoint is durable and (for a state machine with
+    /// an external log) that log is durable through its cursor: (op, checksum, cursor, bytes),
+    /// the latest wins.
+    pending: Option<(u64, u128, u64, Vec<u8>)>,
     /// The bytes of `checkpoint_ready`, served to peers for state transfer.
     ready_bytes: Vec<u8>,
 }
@@ -517,7 +519,7 @@ impl<S: StateMachine> Replica<S> {
         if self.commit_min < latest + self.config.checkpoint_interval() {
             return;
         }
-        if self.snapshot.pending.as_ref().is_some_and(|(op, _, _)| *op >= self.commit_min) {
+        if self.snapshot.pending.as_ref().is_some_and(|(op, ..)| *op >= self.commit_min) {
             return;
         }
         let bytes = Snapshot::encode(
@@ -527,7 +529,8 @@ impl<S: StateMachine> Replica<S> {
             &self.client_table,
             &self.state_machine,
         );
-        self.checkpoint_write(io, self.commit_min, self.commit_min_checksum, bytes);
+        let cursor = self.state_machine.prepare_cursor();
+        self.checkpoint_write(io, self.commit_min, self.commit_min_checksum, cursor, bytes);
     }
 
     /// Writes a checkpoint (ours, or one from state transfer) once the previous one is durable.
@@ -541,7 +544,9 @@ impl<S: StateMachine> Replica<S> {
         })
     }
 
-    pub(super) fn checkpoint_write(&mut self, io: &mut impl Io, op: u64, checksum: u128, bytes: Vec<u8>) {
+    /// `cursor` is the state machine's `prepare_cursor` at `op`: what its external log (if any)
+    /// must hold durably before the checkpoint may be written.
+    pub(super) fn checkpoint_write(&mut self, io: &mut impl Io, op: u64, checksum: u128, cursor: u64, bytes: Vec<u8>) {
         let latest = self.checkpoint_ready.as_ref().map_or(self.superblock_durable().checkpoint_op, |ready| ready.op);
         if op <= latest {
             return;
@@ -551,8 +556,23 @@ impl<S: StateMachine> Replica<S> {
             "checkpoint of {} bytes exceeds snapshot_size_max",
             bytes.len()
         );
-        self.snapshot.pending = Some((op, checksum, bytes));
+        self.snapshot.pending = Some((op, checksum, cursor, bytes));
         self.snapshot_flush(io);
+    }
+
+    /// The owner of the state machine's external log reports it durable below `cursor`: a
+    /// checkpoint waiting for it may be written.
+    pub fn external_log_durable(&mut self, io: &mut impl Io, cursor: u64) {
+        assert!(S::EXTERNAL_LOG, "only a state machine with an external log has one to report");
+        self.external_durable_cursor = cursor;
+        self.snapshot_flush(io);
+    }
+
+    /// The cursor a pending checkpoint waits for its external log to be durable through, if one
+    /// waits for it.
+    pub fn checkpoint_waiting_for(&self) -> Option<u64> {
+        let (_, _, cursor, _) = self.snapshot.pending.as_ref()?;
+        (*cursor > self.external_durable_cursor).then_some(*cursor)
     }
 
     fn snapshot_flush(&mut self, io: &mut impl Io) {
@@ -567,7 +587,11 @@ impl<S: StateMachine> Replica<S> {
             // The superblock does not name the previous snapshot yet: its region is not free.
             return;
         }
-        let (op, checksum, bytes) = self.snapshot.pending.take().expect("checked");
+        if self.snapshot.pending.as_ref().is_some_and(|(_, _, cursor, _)| *cursor > self.external_durable_cursor) {
+            // The external log does not hold the checkpoint's state durably yet.
+            return;
+        }
+        let (op, checksum, _, bytes) = self.snapshot.pending.take().expect("checked");
         let region = 1 - durable_region;
         let record =
             CheckpointRecord { op, checksum, size: bytes.len() as u64, checksum64: checksum64(&bytes), region };

@@ -162,6 +162,8 @@ pub struct Replica<S: StateMachine> {
     snapshot: SnapshotPipeline,
     /// The newest checkpoint whose snapshot is on disk (durable once the superblock names it).
     checkpoint_ready: Option<CheckpointRecord>,
+    /// The state machine's external log is durable below this cursor (`u64::MAX` without one).
+    external_durable_cursor: u64,
 
     /// A peer's checkpoint being assembled from its chunks (bounded by `snapshot_size_max`).
     transfer: Option<repair::Transfer>,
@@ -227,6 +229,7 @@ impl<S: StateMachine> Replica<S> {
             wal: WalPipeline::default(),
             superblock: SuperblockPipeline::default(),
             snapshot: SnapshotPipeline::default(),
+            external_durable_cursor: if S::EXTERNAL_LOG { 0 } else { u64::MAX },
             checkpoint_ready: None,
             peer_checkpoint_op: 0,
             transfer: None,
@@ -274,6 +277,12 @@ impl<S: StateMachine> Replica<S> {
     pub fn commit_max(&self) -> u64 {
         self.commit_max
     }
+    /// The state machine, to change what it keeps outside the replicated state (its digest,
+    /// snapshot and equality ignore it): a partition's batches applied and not yet in its log.
+    pub fn state_machine_mut(&mut self) -> &mut S {
+        &mut self.state_machine
+    }
+
     pub fn state_machine(&self) -> &S {
         &self.state_machine
     }

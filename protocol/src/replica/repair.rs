@@ -575,6 +575,7 @@ impl<S: StateMachine> Replica<S> {
         {
             return;
         }
+        let cursor = snapshot.state_machine.prepare_cursor();
         self.state_machine = snapshot.state_machine;
         self.client_table = snapshot.client_table;
         self.commit_min = op;
@@ -588,7 +589,7 @@ impl<S: StateMachine> Replica<S> {
         self.timestamp_last = self.timestamp_last.max(snapshot.timestamp);
         self.commit_stall_ticks = 0;
         self.event(ReplicaEvent::StateTransferred { op, chunks });
-        self.checkpoint_write(io, op, checksum, bytes);
+        self.checkpoint_write(io, op, checksum, cursor, bytes);
         self.repair(io);
         self.commit_journal(io);
     }

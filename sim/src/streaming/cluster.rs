@@ -158,10 +158,17 @@ pub struct StreamingCounters {
     pub writes_refused_full: u64,
     /// Opens of segment logs (any node, since its last start) whose recovery cut or lost batches.
     pub segment_logs_cut: u64,
+    /// Fetches one segment log asked of a peer's, and the batches they brought.
+    pub fetches_sent: u64,
+    pub batches_fetched: u64,
+    /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
+    pub segment_logs_dropped: u64,
+    /// Replicated poll replies not sent because their batches could not be read in time.
+    pub poll_replies_dropped: u64,
     /// Polls without auto-commit answered from segment logs and from memory (nodes up at the
     /// end, since their last start).
     pub polls_from_log: u64,
-    pub polls_from_memory: u64,
+    pub polls_cut: u64,
     /// Polls answered from a node's own replica, without consensus.
     pub polls_read_locally: u64,
     /// Replicas that found an earlier incarnation's files and removed them.
@@ -347,7 +354,10 @@ impl StreamingCluster {
         metadata.batch_requests_max = 8;
         metadata.request_queue_max = 16;
         metadata.snapshot_size_max = SNAPSHOT_SIZE_MAX;
-        metadata.checkpoint_chunk_bytes = scenario.core.checkpoint_chunk_bytes;
+        // A partition's checkpoint holds its batch directory, not its messages (those come from a
+        // peer's segment log): chunks 32 times smaller than the core workload's (512 B to 32 KiB)
+        // keep state transfers taking many of them.
+        metadata.checkpoint_chunk_bytes = scenario.core.checkpoint_chunk_bytes / 32;
         metadata.bug = bug;
         let partition = metadata.clone();
         let layout = WalLayout::new(metadata.journal_slots, metadata.prepare_size_max);
@@ -361,9 +371,12 @@ impl StreamingCluster {
                         Zone::WalPrepares
                     }
                 });
-                // Segment files rot on every other disk too (a single node's included) in half the
-                // seeds: the segment log reports what it lost and takes it again from its machine.
-                let zone = zone.or(scenario.core.faults.partition_rot.then_some(Zone::Partition));
+                // Segment files rot on the faulty disks, and in half the seeds on more of them up
+                // to a minority (never a single node's: its log is the only copy): the segment
+                // log cuts what it lost and fetches it again from a peer's.
+                let minority = (n - 1) / 2;
+                let rots = scenario.core.faults.partition_rot && index < minority;
+                let zone = zone.or(rots.then_some(Zone::Partition));
                 SimNode {
                     shards: Vec::new(),
                     disk: SimDisk::new(layout, zone),
@@ -1328,8 +1341,10 @@ impl StreamingCluster {
                             })?;
                             let stored = &bytes[at..at + header.batch_length as usize];
                             if header.base_offset >= first {
-                                let held = machine.batches_from(header.base_offset).next().map(|(_, batch, _)| batch);
-                                if held != Some(stored) {
+                                let held = machine.batch_at(header.base_offset);
+                                if !held
+                                    .is_some_and(|entry| entry.matches(&header) && entry.len as usize == stored.len())
+                                {
                                     return Err(format!(
                                         "node {index}: {group}'s segment log holds another batch at offset {}",
                                         header.base_offset
@@ -1343,6 +1358,42 @@ impl StreamingCluster {
             }
         }
         Ok(())
+    }
+
+    /// Every message of a partition from `start` on, as a node whose disk takes no faults holds
+    /// it in its segment files (the end check found every log caught up and its files agreeing
+    /// with the directory).
+    fn read_segment_files(&self, namespace: Namespace, start: u64) -> Result<Vec<(u64, u128)>, String> {
+        let group = group_name(namespace);
+        let (node, log) = self
+            .nodes
+            .iter()
+            .filter(|node| node.disk.fault_zone.is_none())
+            .find_map(|node| {
+                let log = node.shards.iter().find_map(|shard| shard.shard().segment_log(namespace))?.log()?;
+                Some((node, log))
+            })
+            .ok_or_else(|| format!("{group}: no node whose disk takes no faults holds its segment log"))?;
+        let mut messages = Vec::new();
+        for (segment, end, size, _) in log.segments() {
+            if end <= start {
+                continue;
+            }
+            let bytes = node.disk.bytes(FileId::new(namespace, FileKind::Segment(segment)));
+            let mut at = 0usize;
+            while (at as u64) < size {
+                let header = vireo_storage::batch::validate(&bytes[at..])
+                    .map_err(|error| format!("{group}'s segment {segment} at byte {at}: {error}"))?;
+                let stored = &bytes[at..at + header.batch_length as usize];
+                for message in vireo_storage::batch::messages(stored).map_err(|error| error.to_string())? {
+                    if message.offset >= start {
+                        messages.push((message.offset, message.id));
+                    }
+                }
+                at += header.batch_length as usize;
+            }
+        }
+        Ok(messages)
     }
 
     pub fn run(&mut self) -> Outcome {
@@ -1372,23 +1423,19 @@ impl StreamingCluster {
     /// agreement check compared their digests op by op), then the checker's end-of-history
     /// checks.
     fn final_checks(&mut self) -> Result<(), String> {
+        self.check_segment_logs()?;
         let mut reads = Vec::new();
         for shard in self.nodes[0].shards.iter().map(Node::shard) {
             for (namespace, replica) in shard.partitions() {
                 let (stream, topic, partition) = namespace.unpack();
-                let mut messages = Vec::new();
                 let start = replica.state_machine().first_offset();
                 self.counters.segments_retained_away += replica.state_machine().segments_expired();
                 self.counters.messages_retained_away += start;
-                for batch in replica.state_machine().batches() {
-                    for message in vireo_storage::batch::messages(batch).map_err(|error| error.to_string())? {
-                        messages.push((message.offset, message.id));
-                    }
-                }
+                let messages = self.read_segment_files(namespace, start)?;
                 reads.push((PartitionKey { stream, topic, partition }, start, messages));
             }
         }
-        self.check_segment_logs()?;
+
         for shard in self.nodes[0].shards.iter().map(Node::shard) {
             for (_, segments) in shard.segment_logs() {
                 self.counters.segments_sealed += segments.counters.segments_sealed;
@@ -1399,11 +1446,15 @@ impl StreamingCluster {
         self.counters.writes_refused_full = self.nodes.iter().map(|node| node.disk.writes_refused_full).sum();
         for node in self.nodes.iter().flat_map(|node| node.shards.iter()) {
             self.counters.polls_from_log += node.counters.polls_from_log;
-            self.counters.polls_from_memory += node.counters.polls_from_memory;
+            self.counters.polls_cut += node.counters.polls_cut;
+            self.counters.poll_replies_dropped += node.counters.poll_replies_dropped;
         }
         for shard in self.nodes.iter().flat_map(|node| node.shards.iter().map(Node::shard)) {
             for (_, segments) in shard.segment_logs() {
                 self.counters.segment_logs_cut += segments.counters.opens_cut;
+                self.counters.fetches_sent += segments.counters.fetches_sent;
+                self.counters.batches_fetched += segments.counters.batches_fetched;
+                self.counters.segment_logs_dropped += segments.counters.logs_dropped;
             }
         }
         for (partition, start, messages) in reads {
@@ -1433,17 +1484,29 @@ impl StreamingCluster {
                     );
                 }
                 for (namespace, replica) in shard.partitions() {
+                    let machine = replica.state_machine();
+                    let log = shard.segment_log(namespace).and_then(|segments| segments.log());
+                    let log = log.map_or("closed".to_string(), |log| {
+                        format!("{}..{} synced {}", log.first_offset(), log.end_offset(), log.synced_offset())
+                    });
                     let _ = write!(
                         report,
-                        " [n{index} {} {:?} v{} op={} commit={}/{}]",
+                        " [n{index} {} {:?} v{} op={} commit={}/{} machine={}..{} log={log}]",
                         group_name(namespace),
                         replica.status(),
                         replica.view(),
                         replica.op(),
                         replica.commit_min(),
-                        replica.commit_max()
+                        replica.commit_max(),
+                        machine.first_offset(),
+                        machine.next_offset(),
                     );
                 }
+            }
+        }
+        for (index, node) in self.nodes.iter().enumerate() {
+            for (shard, front) in node.shards.iter().enumerate() {
+                let _ = write!(report, " [n{index}s{shard} {:?}]", front.counters);
             }
         }
         let ends = self.partition_ends();

@@ -45,6 +45,13 @@ pub fn token_owner(token: Token) -> Option<u16> {
     (token.0 >> TOKEN_TAG_SHIFT == PARTITION_TOKEN_TAG).then_some(((token.0 >> TOKEN_OWNER_SHIFT) & 0xffff) as u16)
 }
 
+/// A token in a log owner's space that no log issues (`sequence` below 2^40 and the owner's own
+/// business: the owner's I/O beside its log's, such as removing the files of a log it dropped).
+pub fn owner_token(owner: u16, sequence: u64) -> Token {
+    assert!(sequence < 1 << TOKEN_OWNER_SHIFT);
+    Token((PARTITION_TOKEN_TAG << TOKEN_TAG_SHIFT) | ((owner as u64) << TOKEN_OWNER_SHIFT) | sequence)
+}
+
 /// Per-topic settings of a partition's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionConfig {
@@ -900,15 +907,19 @@ impl PartitionLog {
         self.purge_to(io, end)
     }
 
-    /// Deletes every message and goes on at `offset` (at least the end): the next batch appended
-    /// must start there. An owner whose log must skip what it can no longer get (a group that
-    /// took a checkpoint from a peer past everything this log holds) starts it again there.
+    /// Deletes every message and goes on at `offset` (at least the end, unless the log holds
+    /// nothing): the next batch appended must start there. An owner whose log must skip what it
+    /// can no longer get (a group that took a checkpoint from a peer past everything this log
+    /// holds) starts it again there; an owner whose empty log came back from a crash starting
+    /// past what the owner holds (the first segment's file was created but never synced, and a
+    /// later one's survived) starts it again where the owner's state goes on.
     pub fn purge_to(&mut self, io: &mut impl Io, offset: u64) -> bool {
         if self.status != Status::Open || !self.is_idle() || self.syncing.is_some() || self.creates_in_flight > 0 {
             return false;
         }
-        let end = self.end_offset().max(offset);
-        if end > self.end_offset() {
+        let empty = self.first_offset() == self.end_offset();
+        let end = if empty { offset } else { self.end_offset().max(offset) };
+        if end != self.end_offset() {
             // Nothing lies between: every offset below `end` the log holds is written and synced.
             self.written_offset = end;
             self.synced_offset = end;

@@ -450,12 +450,14 @@ impl Recovery {
                 kept.push((start, size));
             }
         }
-        // The log must start where the superblock (or, owned, the owner's claim) says it is
-        // retained from. If that segment is gone (a file never synced can vanish in a crash, and
-        // writes complete out of order, so a later segment's may survive it), the ones after it
-        // cannot stand alone: their offsets would start with a hole. An owned log's first
-        // segment may also begin before the claim (the claim falls inside it).
-        let hole = |start: u64| if log.owned { start > log.retained_from } else { start != log.retained_from };
+        // The log must start where the superblock says it is retained from. If that segment is
+        // gone (a file never synced can vanish in a crash, and writes complete out of order, so a
+        // later segment's may survive it), the ones after it cannot stand alone: their offsets
+        // would start with a hole. An owned log keeps what it has, wherever it starts: its owner
+        // may have retained it from later than the state it claims from now (the owner's state
+        // came back older than its log, and catches up), and dropping it would drop durable
+        // batches the owner counts on.
+        let hole = |start: u64| !log.owned && start != log.retained_from;
         if kept.first().is_some_and(|(start, _)| hole(*start)) {
             self.report.truncated_from = Some(log.retained_from);
             self.report.segments_dropped = kept.len();
