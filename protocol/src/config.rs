@@ -35,10 +35,13 @@ pub enum Bug {
     /// A node's segment log of a partition never seals where its machine's segments end: its
     /// files no longer end at the batches every replica's do.
     SegmentLogIgnoresSeals,
+    /// A partition group writes its checkpoints without waiting for its segment log to hold
+    /// their state durably: the WAL then overwrites prepares whose batches no log may hold.
+    CheckpointBeforeLogSync,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 13] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -51,6 +54,7 @@ impl Bug {
         Bug::PollPastCommit,
         Bug::AckBeforeSync,
         Bug::SegmentLogIgnoresSeals,
+        Bug::CheckpointBeforeLogSync,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

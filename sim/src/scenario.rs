@@ -135,6 +135,9 @@ pub struct FaultRates {
     pub read_corruption_ppm: u32,
     /// Per I/O: the disk is slow for this one (x20 latency).
     pub slow_disk_ppm: u32,
+    /// Segment-file syncs take this many times longer than others (a partition's segment log on
+    /// a slower device than its WAL): from the seed, not the RNG.
+    pub segment_sync_factor: u64,
     /// Per write or sync of a faulty disk's WAL: the device reports an error (EIO). A failed
     /// sync loses the writes it was to make durable (as Linux drops dirty pages on an fsync
     /// error); the replica must stop and recover from what is durable.
@@ -178,6 +181,7 @@ impl FaultRates {
             latent_sector_ppm: 0,
             read_corruption_ppm: 0,
             slow_disk_ppm: 0,
+            segment_sync_factor: 1,
             wal_error_ppm: 0,
         }
     }
@@ -265,6 +269,7 @@ impl Scenario {
                     partition_rot: vireo_storage::checksum::checksum64(&(seed ^ PARTITION_ROT_SALT).to_le_bytes())
                         .is_multiple_of(2),
                     write_corruption_ppm: rng.range(0, 20_000) as u32 * scale,
+                    segment_sync_factor: 1,
                     misdirected_write_ppm: rng.range(0, 10_000) as u32 * scale,
                     latent_sector_ppm: rng.range(0, 10_000) as u32 * scale,
                     read_corruption_ppm: rng.range(0, 10_000) as u32 * scale,

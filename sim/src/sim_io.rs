@@ -98,7 +98,10 @@ impl<E: SimEvent> Io for SimIo<'_, E> {
 
     fn sync(&mut self, file: FileId, token: Token) {
         // fdatasync costs about 4 ms on our machines.
-        let latency = self.latency(1_000_000, 4_000_000);
+        let mut latency = self.latency(1_000_000, 4_000_000);
+        if matches!(file.kind, vireo_io::FileKind::Segment(_)) {
+            latency *= self.rates.segment_sync_factor;
+        }
         let upto = self.disk.sync_point();
         self.complete(latency, DiskRequest::Sync { file, upto }, token);
     }

@@ -587,7 +587,9 @@ impl<S: StateMachine> Replica<S> {
             // The superblock does not name the previous snapshot yet: its region is not free.
             return;
         }
-        if self.snapshot.pending.as_ref().is_some_and(|(_, _, cursor, _)| *cursor > self.external_durable_cursor) {
+        let waits =
+            self.snapshot.pending.as_ref().is_some_and(|(_, _, cursor, _)| *cursor > self.external_durable_cursor);
+        if waits && self.config.bug != Some(crate::config::Bug::CheckpointBeforeLogSync) {
             // The external log does not hold the checkpoint's state durably yet.
             return;
         }

@@ -111,6 +111,9 @@ impl StreamingScenario {
         // The fault budget: at most quorum - 1 faulty disks for the node count drawn here.
         let quorum = vireo_protocol::Config::new(0, core.replica_count).quorum_replication() as u8;
         core.faults.faulty_disks = core.faults.faulty_disks.min(quorum - 1);
+        // In a third of the seeds segment logs sync ten times slower than WALs: the group's
+        // checkpoints then wait long for them (a checkpoint that did not is caught).
+        core.faults.segment_sync_factor = if seed % 3 == 2 { 10 } else { 1 };
         let shards = overrides.shards.unwrap_or(rng.range(1, SHARDS_MAX as u64) as u16);
         let producers = rng.range(1, 3) as u8;
         let consumers = rng.range(1, 3) as u8;
