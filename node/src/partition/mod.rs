@@ -1,5 +1,6 @@
 //! The partition plane: one VSR group per partition, replicating `PartitionMachine` (a
-//! partition's stamped batches, its consumer offsets) through the requests of `request`.
+//! partition's batch directory and consumer offsets) through the requests of `request`, with the
+//! messages themselves in each node's `SegmentLog` of the group.
 
 pub mod machine;
 pub mod request;

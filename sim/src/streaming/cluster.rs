@@ -1307,9 +1307,8 @@ impl StreamingCluster {
                     }
                     let starts: BTreeSet<u64> = machine.segments().map(|(start, ..)| start).collect();
                     let first = machine.first_offset();
-                    // A log holds all its machine holds: one that lost its head (a crash took a
-                    // segment whose files were not synced) drops what follows the hole at its open
-                    // and takes it all again from the machine.
+                    // A log holds all its machine holds: one that came back starting past it (a
+                    // crash took its unsynced first segment) starts over once empty, or fetches.
                     if log.first_offset() > first {
                         return Err(format!(
                             "node {index}: {group}'s segment log starts at {}, past its machine's first offset {first}",
