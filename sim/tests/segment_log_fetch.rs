@@ -90,6 +90,9 @@ fn a_fetched_batch_goes_in_only_if_the_directory_names_it() {
     settle(&mut world, &mut log, &mut machine);
     assert_eq!(log.counters.fetch_answers_refused, 1);
     assert_eq!(log.log().expect("open").end_offset(), 0, "nothing the directory does not name");
+    assert_eq!(log.counters.fetches_sent, 1, "the next peer is asked at the next tick, not at once");
+    log.tick();
+    settle(&mut world, &mut log, &mut machine);
     assert_eq!(log.counters.fetches_sent, 2, "the next peer is asked");
     assert_eq!(world.sent.last().map(|(to, _)| *to), Some(Peer::Replica(2)));
 

@@ -69,8 +69,10 @@ pub struct SegmentLogCounters {
     pub opens_cut: u64,
     /// Reads that found a damaged batch or an unreadable sector.
     pub reads_damaged: u64,
-    /// Logs dropped for damage confirmed, to be fetched again whole from a peer's.
+    /// Logs dropped for damage confirmed, or for starting past their machine with batches in
+    /// them (`head_gaps`), to be fetched again whole from a peer's.
     pub logs_dropped: u64,
+    pub head_gaps: u64,
     /// Fetches asked of peers, batches they brought, and answers refused (empty, not where the
     /// log ends, or not what the directory says).
     pub fetches_sent: u64,
@@ -103,6 +105,9 @@ pub struct SegmentLog {
     fetch: Option<Fetch>,
     /// The peer the next fetch asks.
     fetch_peer: u8,
+    /// No fetch is asked before this tick (after a refused answer: the next peer is asked at
+    /// the next tick, not at once, so that peers that hold nothing are not asked in a loop).
+    fetch_not_before: u64,
     /// Served fetches' reads in flight: read id to the peer that asked.
     serving: BTreeMap<u64, u8>,
     serve_next: u64,
@@ -153,6 +158,7 @@ impl SegmentLog {
             pending: VecDeque::new(),
             fetch: None,
             fetch_peer: (replica + 1) % replica_count,
+            fetch_not_before: 0,
             serving: BTreeMap::new(),
             serve_next: 0,
             suspect: None,
@@ -173,6 +179,9 @@ impl SegmentLog {
     /// Every message below this is durable in the log (0 while it is not open): what the group's
     /// checkpoints wait for.
     pub fn durable_cursor(&self) -> u64 {
+        if self.damaged {
+            return 0;
+        }
         self.log().map_or(0, PartitionLog::synced_offset)
     }
 
@@ -184,6 +193,10 @@ impl SegmentLog {
     /// Starts a read of the open log; its result comes back through `take_read`.
     pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
         debug_assert_eq!(request.id & FETCH_READ, 0);
+        if self.damaged {
+            // Dropped once its I/O is done: no new reads keep it waiting.
+            return Err(ReadError::NotOpen);
+        }
         let log = self.log.as_mut().filter(|log| log.status() == Status::Open).ok_or(ReadError::NotOpen)?;
         log.read(io, request)?;
         self.drain_events(io);
@@ -288,7 +301,8 @@ impl SegmentLog {
         if request.replica == self.replica || request.replica >= self.replica_count || request.commit <= request.op {
             return;
         }
-        let held = self.log().is_some_and(|log| log.first_offset() <= request.op && request.op < log.end_offset());
+        let held = !self.damaged
+            && self.log().is_some_and(|log| log.first_offset() <= request.op && request.op < log.end_offset());
         if !held || self.serving.len() == FETCHES_SERVED_MAX {
             self.counters.fetches_dropped += 1;
             if !held {
@@ -349,6 +363,7 @@ impl SegmentLog {
         if appended == 0 {
             // The peer holds none of it (or sent something else): ask the next.
             self.counters.fetch_answers_refused += 1;
+            self.fetch_not_before = self.tick + 1;
             self.next_peer();
         } else {
             log.sync(io);
@@ -364,7 +379,6 @@ impl SegmentLog {
     pub fn follow(&mut self, io: &mut impl Io, machine: &mut PartitionMachine, ready: bool) {
         while let Some((base, bytes)) = machine.take_applied() {
             let end = BatchHeader::decode(&bytes).expect("an applied batch is stamped").end_offset();
-            debug_assert!(self.pending.back().is_none_or(|(_, last, _)| *last == base));
             if self.pending.back().is_some_and(|(_, last, _)| *last != base) {
                 // A purge or a checkpoint moved the machine past what waited here.
                 self.pending.clear();
@@ -420,6 +434,15 @@ impl SegmentLog {
             Some(Status::Open) => {}
         }
         let log = self.log.as_mut().expect("open");
+        if log.first_offset() > first && log.first_offset() < log.end_offset() && self.replica_count > 1 {
+            // The log came back starting past its machine with batches in it: a crash took its
+            // first segment's unsynced file and a later one's survived (or the machine is still
+            // behind, catching up). It cannot take the batches below its start: dropped, and
+            // fetched again whole from a peer's. A single node keeps what it has.
+            self.damaged = true;
+            self.counters.head_gaps += 1;
+            return;
+        }
         let synced = log.synced_offset();
         while self.pending.front().is_some_and(|(_, end, _)| *end <= synced) {
             self.pending.pop_front();
@@ -473,7 +496,12 @@ impl SegmentLog {
         }
         let end = log.end_offset();
         let has_next = self.pending.iter().any(|(base, _, _)| *base == end);
-        if end < next && !has_next && self.fetch.is_none() && self.replica_count > 1 {
+        if end < next
+            && !has_next
+            && self.fetch.is_none()
+            && self.replica_count > 1
+            && self.tick >= self.fetch_not_before
+        {
             // A hole between the log and what was applied: a peer's log has it.
             let to = self.pending.iter().map(|(base, _, _)| *base).find(|base| *base > end).unwrap_or(next);
             let mut request = self.header(Command::RequestBatches);

@@ -94,11 +94,10 @@ impl<S: StateMachine> Replica<S> {
                     self.open_superblock_read(io);
                 }
             }
-            READ_SNAPSHOT => {
-                let bytes =
-                    result.unwrap_or_else(|error| panic!("replica {}: checkpoint unreadable: {error}", self.replica));
-                self.open_snapshot_read(io, &bytes);
-            }
+            READ_SNAPSHOT => match result {
+                Ok(bytes) => self.open_snapshot_read(io, &bytes),
+                Err(error) => self.fail_stop(error, "checkpoint read"),
+            },
             READ_WAL_HEADER | READ_WAL_PREPARE => {
                 let reads = if what == READ_WAL_HEADER { &mut opening.wal_headers } else { &mut opening.wal_prepares };
                 reads[index] = Some(result);
@@ -186,9 +185,16 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// A checkpoint that does not match what its superblock says of it is gone or damaged: the
+    /// snapshot file of a group whose deletion a crash interrupted (its files go before its
+    /// superblocks), or a device that lost it. The replica stops, loudly, rather than run on a
+    /// state it cannot trust; a deleted group's replica is then closed and its files removed.
     fn open_snapshot_read(&mut self, io: &mut impl Io, bytes: &[u8]) {
         let state = self.superblock_durable().clone();
-        assert_eq!(checksum64(bytes), state.snapshot_checksum, "replica {}: checkpoint damaged", self.replica);
+        if checksum64(bytes) != state.snapshot_checksum {
+            self.fail_stop(IoError::Device, "checkpoint read: the checkpoint is gone or damaged");
+            return;
+        }
         let snapshot = Snapshot::<S>::decode(bytes).expect("a checkpoint with a valid checksum decodes");
         assert_eq!(snapshot.op, state.checkpoint_op);
         assert_eq!(snapshot.checksum, state.checkpoint_checksum);
