@@ -217,7 +217,9 @@ impl PendingAnswer {
 /// Who a parked read's batches go to.
 enum PendingAnswer {
     /// A poll without auto-commit, answered by this shard.
-    Local { connection: ConnectionId, request: Header },
+    /// `past_commit`: the planted bug `PollPastCommit`'s uncommitted messages (count, batches),
+    /// appended to the committed ones read.
+    Local { connection: ConnectionId, request: Header, past_commit: Option<(u32, Vec<u8>)> },
     /// A replicated poll's reply (its header), routed on once filled.
     Replicated { header: Header },
 }
@@ -269,6 +271,11 @@ pub struct Node {
     view: Option<MetadataView>,
     /// Shard 0: the metadata op last handed to each shard (0: none yet).
     published: Vec<u64>,
+    /// Whether this process published metadata yet: the first view waits until the metadata
+    /// replica is normal and has applied every commit it knows of, so that a restart does not
+    /// publish a replayed state that still holds a partition deleted before the crash (whose
+    /// files the deletion may have half removed).
+    first_published: bool,
     connections: BTreeMap<ConnectionId, Connection>,
     /// The connection each logged-in (or logging-in) client id is on.
     clients: BTreeMap<u128, ConnectionId>,
@@ -295,6 +302,7 @@ impl Node {
             shard,
             view: None,
             published: vec![0; shards],
+            first_published: false,
             connections: BTreeMap::new(),
             clients: BTreeMap::new(),
             ending: BTreeMap::new(),
@@ -636,6 +644,11 @@ impl Node {
         if replica.status() == Status::Opening {
             return;
         }
+        let caught_up = replica.status() == Status::Normal && replica.commit_min() == replica.commit_max();
+        if !self.first_published && !caught_up {
+            return;
+        }
+        self.first_published = true;
         let op = replica.commit_min();
         if self.view.as_ref().is_none_or(|view| view.op != op) {
             let view = MetadataView {
@@ -895,13 +908,21 @@ impl Node {
         };
         let group = group_namespace(request.group).expect("a read names its group");
         let open = self.shard.partition(group).is_some_and(|replica| replica.status() != Status::Opening);
+        let (mut past_commit, mut bug_plan) = (None, None);
         if open && self.bug() == Some(Bug::PollPastCommit) {
-            if let Some(frame) = self.read_past_commit(&request, &poll) {
-                self.send_read_answer(io, request.origin, connection, frame);
-                return;
+            if let Some((committed, tail)) = self.read_past_commit(&request, &poll) {
+                if committed.count == 0 {
+                    let reply = PollReply { count: tail.0, batches: tail.1, ..committed };
+                    let frame = self.poll_answer(&request, &reply);
+                    self.send_read_answer(io, request.origin, connection, frame);
+                    return;
+                }
+                past_commit = Some(tail);
+                bug_plan = Some(committed);
             }
         }
         let mut plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
+            Some(_) if bug_plan.is_some() => bug_plan.take().expect("checked"),
             Some(replica) => replica.state_machine().plan_read(partition, consumer, strategy, count),
             None => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
         };
@@ -916,7 +937,7 @@ impl Node {
         }
         if plan.count > 0 {
             if let Some(id) = self.issue_log_read(io, group, &plan) {
-                let answer = PendingAnswer::Local { connection, request };
+                let answer = PendingAnswer::Local { connection, request, past_commit };
                 let covered_to = plan.start;
                 self.parked_reads.insert(id, ParkedRead { plan, covered_to, since_tick: self.tick, answer });
                 return;
@@ -998,9 +1019,14 @@ impl Node {
             self.counters.polls_from_log += 1;
         }
         match parked.answer {
-            PendingAnswer::Local { connection, request } => {
+            PendingAnswer::Local { connection, request, past_commit } => {
                 if !whole {
                     self.counters.polls_cut += 1;
+                }
+                let mut reply = reply;
+                if let Some((count, batches)) = past_commit.filter(|_| whole) {
+                    reply.count += count;
+                    reply.batches.extend_from_slice(&batches);
                 }
                 let frame = self.poll_answer(&request, &reply);
                 self.send_read_answer(io, request.origin, connection, frame);
@@ -1023,10 +1049,11 @@ impl Node {
         node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, body)
     }
 
-    /// The planted bug `PollPastCommit`: a poll that reaches the end of the committed log is
-    /// answered with the batches of the prepares held past the commit point (applied to a copy
-    /// of the machine), never committed. `None` when there are none where it reads.
-    fn read_past_commit(&mut self, request: &Header, poll: &PartitionRequest) -> Option<Vec<u8>> {
+    /// The planted bug `PollPastCommit`: a poll whose range reaches past the committed log (on
+    /// a copy of the machine that applied the prepares held past the commit point) gets those
+    /// uncommitted messages too. The committed part of the range (to read from the log as usual),
+    /// and the uncommitted count and batches; `None` when the range stays committed.
+    fn read_past_commit(&self, request: &Header, poll: &PartitionRequest) -> Option<(PollReply, (u32, Vec<u8>))> {
         let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = *poll else {
             unreachable!("only polls are read locally")
         };
@@ -1040,18 +1067,27 @@ impl Node {
                 ahead.apply(prepare.op, prepare.timestamp, &request.header, user_id, request.body);
             }
         }
-        let mut reply = ahead.plan_read(partition, consumer, strategy, count);
-        if reply.count == 0 || reply.start < committed {
+        let plan = ahead.plan_read(partition, consumer, strategy, count);
+        let end = plan.start + plan.count as u64;
+        if end <= committed {
             return None;
         }
-        let end = reply.start + reply.count as u64;
+        let from = plan.start.max(committed);
+        let mut tail = Vec::new();
         while let Some((base, batch)) = ahead.take_applied() {
             let batch_end = BatchHeader::decode(&batch).map_or(base, |header| header.end_offset());
-            if batch_end > reply.start && base < end {
-                reply.batches.extend_from_slice(&batch);
+            if batch_end > from && base < end {
+                tail.extend_from_slice(&batch);
             }
         }
-        Some(self.poll_answer(request, &reply))
+        let committed_part = PollReply {
+            count: (from - plan.start) as u32,
+            current_offset: ahead.next_offset().checked_sub(1).unwrap_or(u64::MAX),
+            ..plan
+        };
+        let committed_part =
+            if committed_part.count == 0 { PollReply { start: from, ..committed_part } } else { committed_part };
+        Some((committed_part, ((end - from) as u32, tail)))
     }
 
     fn send_read_answer(

@@ -55,22 +55,25 @@ fn a_client_table_that_forgets_retries_is_caught_as_a_duplicate() {
 /// A replica that falls behind its peers' WALs takes a checkpoint in chunks
 /// (`Config::checkpoint_chunk_bytes`, drawn small per seed), and its segment log then fetches the
 /// batches the checkpoint's directory names from a peer's log (a checkpoint holds no message
-/// bytes): seed 47 transfers state twice over several chunks each, fetches batches from peers,
-/// and every checker still passes.
+/// bytes). Among the first 60 seeds (each of which passes) one transfers state several times,
+/// some over several chunks, and fetches batches from peers.
 #[test]
 fn state_transfer_takes_chunked_checkpoints_and_fetches_the_batches() {
     install_panic_hook();
-    let report = run_seed(47, &streaming(), None);
-    assert_eq!(report.exit_code, 0, "{}", report.message);
-    let figures = report.streaming.expect("streaming figures");
-    let figure = |name: &str| -> u64 {
-        let field = figures.split(' ').find_map(|field| field.strip_prefix(&format!("{name}="))).expect(name);
-        field.parse().unwrap()
-    };
-    let (transfers, chunks) = (figure("state_transfers"), figure("checkpoint_chunks"));
-    assert!(transfers >= 2, "{figures}");
-    assert!(chunks > transfers, "some transfers take several chunks: {figures}");
-    assert!(figure("batches_fetched") >= 10, "the logs fetch what the checkpoints name: {figures}");
+    let found = (0..60).find_map(|seed| {
+        let report = run_seed(seed, &streaming(), None);
+        assert_eq!(report.exit_code, 0, "seed {seed}: {}", report.message);
+        let figures = report.streaming.expect("streaming figures");
+        let figure = |name: &str| -> u64 {
+            let field = figures.split(' ').find_map(|field| field.strip_prefix(&format!("{name}="))).expect(name);
+            field.parse().unwrap()
+        };
+        let (transfers, chunks, fetched) =
+            (figure("state_transfers"), figure("checkpoint_chunks"), figure("batches_fetched"));
+        (transfers >= 2 && chunks > transfers && fetched >= 10).then_some((seed, transfers, chunks, fetched))
+    });
+    let (seed, transfers, chunks, fetched) = found.expect("a seed that transfers state in chunks and fetches");
+    println!("seed {seed}: {transfers} state transfers in {chunks} chunks, {fetched} batches fetched");
 }
 
 /// Every group a node hosts is held to each prepare_ok its replica sent: a partition or metadata

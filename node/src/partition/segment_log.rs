@@ -69,8 +69,8 @@ pub struct SegmentLogCounters {
     pub opens_cut: u64,
     /// Reads that found a damaged batch or an unreadable sector.
     pub reads_damaged: u64,
-    /// Logs dropped for damage confirmed, or for starting past their machine with batches in
-    /// them (`head_gaps`), to be fetched again whole from a peer's.
+    /// Logs dropped for damage confirmed, or for a lost first segment (`head_gaps`), to be
+    /// fetched again whole from a peer's.
     pub logs_dropped: u64,
     pub head_gaps: u64,
     /// Fetches asked of peers, batches they brought, and answers refused (empty, not where the
@@ -108,6 +108,9 @@ pub struct SegmentLog {
     /// No fetch is asked before this tick (after a refused answer: the next peer is asked at
     /// the next tick, not at once, so that peers that hold nothing are not asked in a loop).
     fetch_not_before: u64,
+    /// Where the log skipped to because a peer's retention had passed what it lacked below (its
+    /// machine still holds those batches, until it catches up and retention drops them too).
+    skipped_to: Option<u64>,
     /// Served fetches' reads in flight: read id to the peer that asked.
     serving: BTreeMap<u64, u8>,
     serve_next: u64,
@@ -159,6 +162,7 @@ impl SegmentLog {
             fetch: None,
             fetch_peer: (replica + 1) % replica_count,
             fetch_not_before: 0,
+            skipped_to: None,
             serving: BTreeMap::new(),
             serve_next: 0,
             suspect: None,
@@ -306,10 +310,11 @@ impl SegmentLog {
         if !held || self.serving.len() == FETCHES_SERVED_MAX {
             self.counters.fetches_dropped += 1;
             if !held {
-                io.send(
-                    Peer::Replica(request.replica),
-                    Message::new(self.header(Command::Batches), Vec::new()).encode(),
-                );
+                // None of it: the answer says where this log starts (`commit`), so that a log
+                // asking for what retention here has passed can skip to it.
+                let mut answer = self.header(Command::Batches);
+                answer.commit = self.log().map_or(0, PartitionLog::first_offset);
+                io.send(Peer::Replica(request.replica), Message::new(answer, Vec::new()).encode());
             }
             return;
         }
@@ -360,7 +365,22 @@ impl SegmentLog {
             }
             rest = &rest[stored.len()..];
         }
-        if appended == 0 {
+        let peer_first = answer.header.commit;
+        if appended == 0
+            && answer.body.is_empty()
+            && peer_first > log.end_offset()
+            && peer_first < machine.next_offset()
+            && machine.batch_at(peer_first).is_some()
+            && log.is_idle()
+        {
+            // The peer's retention passed everything this log lacks below `peer_first` (its
+            // machine is ahead: ours will drop those batches too once it catches up). Nothing
+            // below is needed to catch up: the log starts again there and fetches the rest.
+            if log.purge_to(io, peer_first) {
+                self.skipped_to = Some(peer_first);
+                self.counters.skips_ahead += 1;
+            }
+        } else if appended == 0 {
             // The peer holds none of it (or sent something else): ask the next.
             self.counters.fetch_answers_refused += 1;
             self.fetch_not_before = self.tick + 1;
@@ -434,14 +454,19 @@ impl SegmentLog {
             Some(Status::Open) => {}
         }
         let log = self.log.as_mut().expect("open");
-        if log.first_offset() > first && log.first_offset() < log.end_offset() && self.replica_count > 1 {
-            // The log came back starting past its machine with batches in it: a crash took its
-            // first segment's unsynced file and a later one's survived (or the machine is still
-            // behind, catching up). It cannot take the batches below its start: dropped, and
-            // fetched again whole from a peer's. A single node keeps what it has.
-            self.damaged = true;
-            self.counters.head_gaps += 1;
-            return;
+        let skipped = self.skipped_to.is_some_and(|to| log.first_offset() <= to);
+        if log.first_offset() > first && log.first_offset() < log.end_offset() && next >= log.end_offset() && !skipped {
+            // The log came back starting past its machine with batches in it, and the machine has
+            // applied all of them: a crash took the log's unsynced first segment while a later
+            // one's writes survived (had the machine only been behind, restarted from an older
+            // checkpoint, it would have passed the log's start by the log's end). On a cluster
+            // it is dropped and fetched again whole; a single node keeps what it has. While the
+            // machine is behind the log, the log is kept: it may hold the only durable copy left.
+            if self.replica_count > 1 {
+                self.damaged = true;
+                self.counters.head_gaps += 1;
+                return;
+            }
         }
         let synced = log.synced_offset();
         while self.pending.front().is_some_and(|(_, end, _)| *end <= synced) {
@@ -453,7 +478,12 @@ impl SegmentLog {
             // to learn the commits): they are committed, so it will. Wait for it.
             return;
         }
-        let empty_past_first = log.first_offset() == end && end > first;
+        if self.skipped_to.is_some_and(|to| first >= to) {
+            self.skipped_to = None;
+        }
+        // A log that skipped to where a peer's retention starts is past its machine on purpose.
+        let skipped = self.skipped_to.is_some_and(|to| log.first_offset() <= to);
+        let empty_past_first = log.first_offset() == end && end > first && !skipped;
         if first >= end && log.first_offset() < end || first > end || empty_past_first {
             // Nothing the log holds is kept any more (a purge), or the machine holds nothing
             // from where the log ends (it took a checkpoint past it), or the log holds nothing
