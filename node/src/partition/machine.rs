@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_protocol::{Header, StateMachine};
 use vireo_storage::batch::{self, BatchHeader};
 use vireo_storage::checksum::checksum64;
-use vireo_storage::partition::PollingStrategy;
+use vireo_storage::partition::{segment, PollingStrategy};
 
 use super::request::{
     decode_send_head, encode_offset_reply, encode_poll_reply, encode_send_reply, encode_status, ConsumerKey,
@@ -214,12 +214,7 @@ impl PartitionMachine {
         let count = header.message_count;
         let base_offset = self.next_offset;
         let len = bytes.len() as u64;
-        let timestamp_max = batch::messages(&bytes)
-            .expect("a stamped batch is valid")
-            .iter()
-            .map(|message| message.timestamp)
-            .max()
-            .unwrap_or(timestamp_us);
+        let timestamp_max = segment::batch_timestamp_max(&bytes).max(timestamp_us);
         self.next_offset += count as u64;
         self.retained_bytes += len;
         self.batches.push_back(BatchEntry {
