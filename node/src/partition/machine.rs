@@ -155,18 +155,6 @@ impl PartitionMachine {
         self.batches.iter()
     }
 
-    /// The directory from the batch that starts at `offset` on, each entry with whether it starts
-    /// a segment; empty when no batch starts there.
-    pub fn directory_from(&self, offset: u64) -> impl Iterator<Item = (&BatchEntry, bool)> {
-        let at = self.batches.partition_point(|entry| entry.base_offset < offset);
-        let exact = self.batches.get(at).is_some_and(|entry| entry.base_offset == offset);
-        let mut segments = self.segments.iter().map(|segment| segment.start_offset).peekable();
-        self.batches.range(if exact { at.. } else { self.batches.len().. }).map(move |entry| {
-            while segments.next_if(|start| *start < entry.base_offset).is_some() {}
-            (entry, segments.peek() == Some(&entry.base_offset))
-        })
-    }
-
     /// Whether a segment starts at `offset`.
     pub fn starts_segment(&self, offset: u64) -> bool {
         self.segments.binary_search_by_key(&offset, |segment| segment.start_offset).is_ok()
@@ -174,7 +162,8 @@ impl PartitionMachine {
 
     /// The entry of the batch that starts at `offset`.
     pub fn batch_at(&self, offset: u64) -> Option<&BatchEntry> {
-        self.directory_from(offset).next().map(|(entry, _)| entry)
+        let at = self.batches.binary_search_by_key(&offset, |entry| entry.base_offset).ok()?;
+        self.batches.get(at)
     }
 
     /// The next batch applied and not yet taken, oldest first: (base offset, stamped bytes). The

@@ -189,11 +189,6 @@ impl SegmentLog {
         self.log().map_or(0, PartitionLog::synced_offset)
     }
 
-    /// Bytes of applied batches waiting to be durable here.
-    pub fn pending_bytes(&self) -> u64 {
-        self.pending.iter().map(|(_, _, bytes)| bytes.len() as u64).sum()
-    }
-
     /// Starts a read of the open log; its result comes back through `take_read`.
     pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
         debug_assert_eq!(request.id & FETCH_READ, 0);
