@@ -103,7 +103,11 @@ impl Group<PartitionMachine> {
         let waited_for = self.replica.checkpoint_waiting_for().is_some();
         let ready = self.replica.status() == Status::Normal && (caught_up || waited_for);
         let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
-        segments.follow(&mut group_io, self.replica.state_machine_mut(), ready);
+        let frontier = self.replica.superblock_durable().offset_frontier;
+        segments.follow(&mut group_io, self.replica.state_machine_mut(), ready, frontier);
+        if self.replica.status() == Status::Normal {
+            segments.speculate(&mut group_io, &self.replica);
+        }
         // The group's checkpoints wait for the log to hold their state durably.
         let durable = segments.durable_cursor();
         if durable != self.durable_reported {

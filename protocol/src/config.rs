@@ -38,10 +38,14 @@ pub enum Bug {
     /// A partition group writes its checkpoints without waiting for its segment log to hold
     /// their state durably: the WAL then overwrites prepares whose batches no log may hold.
     CheckpointBeforeLogSync,
+    /// A partition's segment log takes the batches it appended from prepares not yet committed
+    /// as the committed log, without checking them against what the machine applied: a tail a
+    /// view change replaced stays in its files.
+    SegmentLogTrustsItsTail,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 13] = [
+    pub const ALL: [Bug; 14] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -55,6 +59,7 @@ impl Bug {
         Bug::AckBeforeSync,
         Bug::SegmentLogIgnoresSeals,
         Bug::CheckpointBeforeLogSync,
+        Bug::SegmentLogTrustsItsTail,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

@@ -401,6 +401,36 @@ fn a_cut_removes_the_tail_across_segments_and_new_batches_take_its_offsets() {
     harness.check_all();
 }
 
+/// A cut exactly where a segment starts removes that segment and makes the one before active
+/// again: the log is as if the batch that began the next segment had never come, and whoever
+/// appends next decides again whether a new segment starts (a replicated log seals where its
+/// machine does).
+#[test]
+fn a_cut_where_a_segment_starts_makes_the_one_before_active_again() {
+    let mut harness = sealed_partition(11);
+    let segments_before: Vec<(u64, u64, u64, bool)> = harness.log.segments().collect();
+    let (third, ..) = segments_before[2];
+    assert!(harness.log.starts_segment(third) && harness.log.remembered(third).is_some());
+    harness.truncate(third).unwrap();
+    let after: Vec<(u64, u64, u64, bool)> = harness.log.segments().collect();
+    assert_eq!(after.len(), 2, "{after:?}");
+    let (second, second_end, second_size, sealed) = after[1];
+    assert_eq!((second, second_end, second_size), (segments_before[1].0, third, segments_before[1].2));
+    assert!(!sealed, "the segment before the cut takes appends again");
+    assert_eq!(harness.log.active_size(), second_size);
+    assert!(!harness.log.starts_segment(third));
+    // The next batch goes in it (this log seals by its own size: past it, a segment starts
+    // after the batch), and a crash keeps it there.
+    harness.append(3, 40);
+    sync_and_settle(&mut harness);
+    let grown = |harness: &PartitionHarness| harness.log.segments().nth(1).map(|(start, end, ..)| (start, end));
+    assert_eq!(grown(&harness), Some((second, third + 3)));
+    let report = harness.crash_and_reopen();
+    assert!(!report.corrupt && report.truncated_from.is_none(), "{report:?}");
+    assert_eq!(grown(&harness), Some((second, third + 3)));
+    harness.check_all();
+}
+
 #[test]
 fn a_crash_before_a_cut_lands_keeps_the_old_batches_as_an_unsynced_tail() {
     for seed in 0..20 {

@@ -50,7 +50,7 @@ fn settle(node: &mut Node, log: &mut SegmentLog, machine: &mut PartitionMachine)
         while let Some(completion) = node.world.step() {
             log.on_completion(node, completion);
         }
-        log.follow(node, machine, true);
+        log.follow(node, machine, true, 0);
         if node.world.in_flight() == 0 {
             return;
         }

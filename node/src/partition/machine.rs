@@ -99,6 +99,35 @@ fn stamped_send(batch: &[u8], partition: u32, next_offset: u64, timestamp_us: u6
     exact.then_some(header)
 }
 
+/// What a prepared request holds for the segment log, read before it commits.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PreparedSend<'a> {
+    /// Not a send, or a send `apply` refuses: it takes no offsets.
+    Nothing,
+    /// A batch stamped where the log goes on (`cursor`), the topic's retention with it.
+    Batch { batch: &'a [u8], header: BatchHeader, retention: Retention },
+    /// A valid batch stamped for another place: the primary counted a send before it that the
+    /// client table skipped, and `apply` stamps this one again where the log is.
+    Elsewhere,
+}
+
+/// What the request `body` of a prepare stamped at `timestamp` (nanoseconds) holds for the log
+/// at `cursor`, by the rules `apply` goes by.
+pub fn prepared_send<'a>(operation: u8, body: &'a [u8], cursor: u64, timestamp: u64) -> PreparedSend<'a> {
+    if operation != OPERATION_SEND_MESSAGES {
+        return PreparedSend::Nothing;
+    }
+    let Ok((partition, retention)) = decode_send_head(body) else { return PreparedSend::Nothing };
+    let batch = &body[SEND_BATCH_AT..];
+    match stamped_send(batch, partition, cursor, timestamp / 1000) {
+        Some(header) => PreparedSend::Batch { batch, header, retention },
+        None if batch::validate(batch).is_ok_and(|header| header.partition_id == partition as u64) => {
+            PreparedSend::Elsewhere
+        }
+        None => PreparedSend::Nothing,
+    }
+}
+
 /// A poll's choice: `count` messages from `start`.
 struct Chosen {
     start: u64,
@@ -158,6 +187,11 @@ impl PartitionMachine {
     /// Whether a segment starts at `offset`.
     pub fn starts_segment(&self, offset: u64) -> bool {
         self.segments.binary_search_by_key(&offset, |segment| segment.start_offset).is_ok()
+    }
+
+    /// Whether the newest segment is sealed: the next batch starts a new one.
+    pub fn last_segment_sealed(&self) -> bool {
+        self.segments.back().is_some_and(|segment| segment.sealed)
     }
 
     /// The entry of the batch that starts at `offset`.

@@ -27,13 +27,16 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_of, Command, Header, Message};
+use vireo_protocol::request::batched_requests;
+use vireo_protocol::Replica;
 
 use vireo_storage::batch::{self, BatchHeader};
 use vireo_storage::partition::{
     owner_token, AppendError, OwnerClaim, PartitionConfig, PartitionEvent, PartitionLog, ReadBatches, ReadError,
-    ReadRequest, ReadStart, RecoveryReport, Status,
+    ReadRequest, ReadStart, RecoveryReport, Status, TruncateError,
 };
 
+use super::machine::{prepared_send, PreparedSend};
 use super::PartitionMachine;
 
 /// Owner number of every group's log: a group's I/O tokens carry its slot in the bits a log's
@@ -81,6 +84,44 @@ pub struct SegmentLogCounters {
     /// Peers' fetches answered, and dropped (the log not open, or `FETCHES_SERVED_MAX` in flight).
     pub fetches_served: u64,
     pub fetches_dropped: u64,
+    /// Batches appended from prepares not committed yet (`speculate`).
+    pub batches_speculated: u64,
+    /// Cuts of a tail that was not what the group went on with (a view change replaced its
+    /// prepares, a crash lost them from the WAL, or the client table skipped a send).
+    pub cuts: u64,
+    /// Tails that could not be checked (deeper than the batches the log remembers), dropped with
+    /// the log on a cluster.
+    pub unverifiable: u64,
+}
+
+/// The group's prepares as its segment log reads them: the replica's journal past its commit
+/// point, and the machine it applies them to.
+pub trait Prepares {
+    fn machine(&self) -> &PartitionMachine;
+    /// The last op applied to the machine.
+    fn commit_min(&self) -> u64;
+    /// The newest op the journal holds.
+    fn head_op(&self) -> u64;
+    /// The prepare of `op`: its header, and its body if the journal holds it.
+    fn prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)>;
+}
+
+impl Prepares for Replica<PartitionMachine> {
+    fn machine(&self) -> &PartitionMachine {
+        self.state_machine()
+    }
+
+    fn commit_min(&self) -> u64 {
+        Replica::commit_min(self)
+    }
+
+    fn head_op(&self) -> u64 {
+        self.op()
+    }
+
+    fn prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)> {
+        self.journal_prepare(op)
+    }
 }
 
 /// A fetch asked of a peer and not answered yet.
@@ -102,6 +143,17 @@ pub struct SegmentLog {
     /// Batches the machine applied that the log does not hold durably yet: (base, end, bytes),
     /// oldest first, contiguous.
     pending: VecDeque<(u64, u64, Vec<u8>)>,
+    /// Every message below is the committed log, as the machine's directory names it; the
+    /// batches from here to the log's end were appended from prepares not committed yet (or came
+    /// back from the files after a crash) and are checked as they commit.
+    verified_to: u64,
+    /// The frontier the log was claimed with at its last open.
+    claimed: u64,
+    /// The last uncommitted prepare whose batches the log holds: (op, checksum, the log offset
+    /// after them, whether its last batch filled its segment: the next batch starts a new one).
+    speculated: Option<(u64, u128, u64, bool)>,
+    /// The log is cut from here once its I/O is idle: what it holds there is not the group's.
+    cut_wanted: Option<u64>,
     fetch: Option<Fetch>,
     /// The peer the next fetch asks.
     fetch_peer: u8,
@@ -159,6 +211,10 @@ impl SegmentLog {
             replica,
             replica_count,
             pending: VecDeque::new(),
+            verified_to: 0,
+            claimed: 0,
+            speculated: None,
+            cut_wanted: None,
             fetch: None,
             fetch_peer: (replica + 1) % replica_count,
             fetch_not_before: 0,
@@ -180,13 +236,13 @@ impl SegmentLog {
         self.log.as_ref().filter(|log| log.status() == Status::Open)
     }
 
-    /// Every message below this is durable in the log (0 while it is not open): what the group's
-    /// checkpoints wait for.
+    /// Every message below this is durable in the log and committed (0 while it is not open):
+    /// what the group's checkpoints wait for.
     pub fn durable_cursor(&self) -> u64 {
         if self.damaged {
             return 0;
         }
-        self.log().map_or(0, PartitionLog::synced_offset)
+        self.log().map_or(0, |log| log.synced_offset().min(self.verified_to))
     }
 
     /// Starts a read of the open log; its result comes back through `take_read`.
@@ -251,6 +307,14 @@ impl SegmentLog {
                     if !report.damaged.is_empty() || report.truncated_from.is_some() {
                         self.counters.opens_cut += 1;
                     }
+                    // Below the claimed frontier the log was durable and committed when the
+                    // group's checkpoint was written; what follows is checked as it commits.
+                    self.verified_to = report.end_offset.min(self.claimed).max(report.first_offset);
+                    self.speculated = None;
+                    self.cut_wanted = None;
+                    // Damage kept inside the log (below the frontier) is repaired on a cluster by
+                    // fetching the log again; a single node keeps every batch but the damaged.
+                    self.damaged |= !report.damaged.is_empty() && self.replica_count > 1;
                     self.opened = Some(report);
                 }
                 PartitionEvent::SegmentDeleted { .. } => self.counters.segments_deleted += 1,
@@ -283,7 +347,8 @@ impl SegmentLog {
                 }
                 // A rejected write (a full disk) takes the batches from its offset: the log is
                 // cut there and the pending copies are appended again.
-                PartitionEvent::Durable { .. } | PartitionEvent::Rejected { .. } => {}
+                PartitionEvent::Rejected { .. } => self.speculated = None,
+                PartitionEvent::Durable { .. } => {}
             }
         }
     }
@@ -335,6 +400,7 @@ impl SegmentLog {
         let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open && !self.damaged) else { return };
         let mut rest = answer.body.as_slice();
         let mut appended = 0;
+        let before = log.end_offset();
         while !rest.is_empty() && log.end_offset() < machine.next_offset() {
             let Ok(header) = BatchHeader::decode(rest) else { break };
             let Some(stored) = rest.get(..header.batch_length as usize) else { break };
@@ -374,6 +440,8 @@ impl SegmentLog {
             if log.purge_to(io, peer_first) {
                 self.skipped_to = Some(peer_first);
                 self.counters.skips_ahead += 1;
+                self.verified_to = log.end_offset();
+                self.speculated = None;
             }
         } else if appended == 0 {
             // The peer holds none of it (or sent something else): ask the next.
@@ -381,6 +449,10 @@ impl SegmentLog {
             self.fetch_not_before = self.tick + 1;
             self.next_peer();
         } else {
+            if self.verified_to == before {
+                // Checked against the directory, batch by batch, as they went in.
+                self.verified_to = log.end_offset();
+            }
             log.sync(io);
         }
         self.drain_events(io);
@@ -391,7 +463,9 @@ impl SegmentLog {
     /// the batches it lacks (from what was applied, else fetched from a peer) and syncs them.
     /// `ready`: the machine is where the group's log is (restored, and caught up with the commits
     /// it knows of), so that its first offset is where the log may be claimed from.
-    pub fn follow(&mut self, io: &mut impl Io, machine: &mut PartitionMachine, ready: bool) {
+    /// `frontier`: the group's durable checkpoint's cursor, claimed when the log opens (the log
+    /// was durable and committed below it).
+    pub fn follow(&mut self, io: &mut impl Io, machine: &mut PartitionMachine, ready: bool, frontier: u64) {
         while let Some((base, bytes)) = machine.take_applied() {
             let end = BatchHeader::decode(&bytes).expect("an applied batch is stamped").end_offset();
             if self.pending.back().is_some_and(|(_, last, _)| *last != base) {
@@ -416,7 +490,8 @@ impl SegmentLog {
                 self.damaged = false;
                 self.suspect = None;
                 self.serving.clear();
-                let claim = OwnerClaim { frontier: 0, retained_from: first };
+                self.claimed = frontier;
+                let claim = OwnerClaim { frontier, retained_from: first };
                 self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
                 self.drain_events(io);
                 return;
@@ -463,19 +538,10 @@ impl SegmentLog {
                 return;
             }
         }
-        let synced = log.synced_offset();
-        while self.pending.front().is_some_and(|(_, end, _)| *end <= synced) {
-            self.pending.pop_front();
-        }
-        let end = log.end_offset();
-        if end > next {
-            // Recovery kept batches the machine has not applied again yet (it replays, or waits
-            // to learn the commits): they are committed, so it will. Wait for it.
-            return;
-        }
         if self.skipped_to.is_some_and(|to| first >= to) {
             self.skipped_to = None;
         }
+        let end = log.end_offset();
         // A log that skipped to where a peer's retention starts is past its machine on purpose.
         let skipped = self.skipped_to.is_some_and(|to| log.first_offset() <= to);
         let empty_past_first = log.first_offset() == end && end > first && !skipped;
@@ -485,39 +551,84 @@ impl SegmentLog {
             // and starts past the machine (a crash took its unsynced first segment).
             if log.purge_to(io, first) {
                 self.counters.skips_ahead += u64::from(first > end);
+                self.speculated = None;
+                self.cut_wanted = None;
+                self.verified_to = log.end_offset();
             }
             self.drain_events(io);
             return;
         }
         log.retain_from(io, first);
+        // What lies below the machine's first offset is going: nothing there to check.
+        self.verified_to = self.verified_to.max(first).clamp(log.first_offset(), log.end_offset());
+        if !self.cut(io) {
+            return;
+        }
+        let log = self.log.as_mut().expect("open");
+        // Check what the log holds past the verified point against the machine's directory, as
+        // far as the machine goes: the same batches, where the same segments start.
+        if self.bug == Some(Bug::SegmentLogTrustsItsTail) {
+            self.verified_to = self.verified_to.max(next.min(log.end_offset()));
+        }
+        while self.verified_to < next.min(log.end_offset()) {
+            let at = self.verified_to;
+            let held = log.remembered(at).copied();
+            let same = match (machine.batch_at(at), held) {
+                (Some(entry), Some(held)) => {
+                    entry.end_offset() == held.end_offset
+                        && entry.len as u64 == held.len
+                        && entry.checksum == held.checksum
+                        && (at == first || machine.starts_segment(at) == log.starts_segment(at))
+                }
+                _ => false,
+            };
+            match held.filter(|_| same) {
+                Some(held) => self.verified_to = held.end_offset,
+                None => {
+                    self.cut_wanted = Some(at);
+                    if !self.cut(io) {
+                        return;
+                    }
+                    break;
+                }
+            }
+        }
+        let log = self.log.as_mut().expect("open");
         let mut appended = false;
-        let from = log.end_offset();
-        for (base, _, bytes) in self.pending.iter().filter(|(_, end, _)| *end > from) {
-            if *base != log.end_offset() {
-                break;
-            }
-            if machine.starts_segment(*base) {
-                seal_before(log, io, self.bug, &mut self.counters);
-            }
-            match log.append_stamped(io, bytes.clone()) {
-                Ok(appended_at) => {
-                    debug_assert_eq!(appended_at.base_offset, *base);
-                    self.counters.batches_appended += 1;
-                    self.counters.segment_bytes += bytes.len() as u64;
-                    appended = true;
-                }
-                Err(AppendError::Busy) => {
-                    self.counters.appends_busy += 1;
+        if self.verified_to == log.end_offset() {
+            let from = self.verified_to;
+            for (base, _, bytes) in self.pending.iter().filter(|(_, end, _)| *end > from) {
+                if *base != log.end_offset() {
                     break;
                 }
-                Err(_) => {
-                    self.counters.appends_refused += 1;
-                    break;
+                if machine.starts_segment(*base) {
+                    seal_before(log, io, self.bug, &mut self.counters);
+                }
+                match log.append_stamped(io, bytes.clone()) {
+                    Ok(appended_at) => {
+                        debug_assert_eq!(appended_at.base_offset, *base);
+                        self.counters.batches_appended += 1;
+                        self.counters.segment_bytes += bytes.len() as u64;
+                        self.verified_to = log.end_offset();
+                        appended = true;
+                    }
+                    Err(AppendError::Busy) => {
+                        self.counters.appends_busy += 1;
+                        break;
+                    }
+                    Err(_) => {
+                        self.counters.appends_refused += 1;
+                        break;
+                    }
                 }
             }
         }
         if appended {
             log.sync(io);
+        }
+        let settled = log.synced_offset().min(self.verified_to);
+        while self.pending.front().is_some_and(|(_, end, _)| *end <= settled) {
+            self.pending.pop_front();
         }
         let end = log.end_offset();
         let has_next = self.pending.iter().any(|(base, _, _)| *base == end);
@@ -535,6 +646,142 @@ impl SegmentLog {
             io.send(Peer::Replica(self.fetch_peer), Message::new(request, Vec::new()).encode());
             self.fetch = Some(Fetch { from: end, peer: self.fetch_peer, since_tick: self.tick });
             self.counters.fetches_sent += 1;
+        }
+        self.drain_events(io);
+    }
+
+    /// Makes the cut decided (`cut_wanted`) once the log's I/O is idle; false while it waits (or
+    /// the log is dropped instead, when the cut goes deeper than the log remembers).
+    fn cut(&mut self, io: &mut impl Io) -> bool {
+        let Some(from) = self.cut_wanted else { return true };
+        let log = self.log.as_mut().expect("open");
+        if from >= log.end_offset() {
+            self.cut_wanted = None;
+            return true;
+        }
+        match log.truncate(io, from) {
+            Ok(()) => {
+                self.cut_wanted = None;
+                self.speculated = None;
+                self.verified_to = self.verified_to.min(from);
+                self.counters.cuts += 1;
+                self.drain_events(io);
+                true
+            }
+            Err(TruncateError::Busy) => {
+                self.drain_events(io);
+                false
+            }
+            Err(_) => {
+                self.counters.unverifiable += 1;
+                self.cut_wanted = None;
+                if self.replica_count > 1 {
+                    // Fetched again whole from a peer's log.
+                    self.damaged = true;
+                    return false;
+                }
+                // A single node has no other copy: it keeps what it has.
+                self.verified_to = log.end_offset();
+                true
+            }
+        }
+    }
+
+    /// Appends the batches of the group's prepares past its commit point, in op order, as far as
+    /// the journal holds them whole: a prepare's batch goes to its final place as soon as it
+    /// arrives, not once it commits. What the log already holds there is checked against them;
+    /// what differs, or lies past the journal's head, is cut. Only once the log holds the
+    /// committed log whole (checked), so that the prepares continue it.
+    pub fn speculate(&mut self, io: &mut impl Io, replica: &impl Prepares) {
+        if self.damaged || self.cut_wanted.is_some() || self.bug == Some(Bug::SegmentLogIgnoresSeals) {
+            return;
+        }
+        let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };
+        let next = replica.machine().next_offset();
+        if self.verified_to != next || log.end_offset() < next {
+            return;
+        }
+        let commit_min = replica.commit_min();
+        let machine_sealed = replica.machine().last_segment_sealed();
+        // Segments are sealed as the machine will seal them: once a batch leaves its segment
+        // holding the topic's segment size, the next batch starts a new one (sealed only then,
+        // so that the log never ends with an empty segment its machine does not have).
+        let (mut op, mut at, mut seal_due) = match self.speculated {
+            Some((op, checksum, end, seal_due))
+                if op > commit_min
+                    && end <= log.end_offset()
+                    && replica.prepare(op).is_some_and(|(header, _)| header.checksum == checksum) =>
+            {
+                (op + 1, end, seal_due)
+            }
+            _ => (commit_min + 1, next, machine_sealed),
+        };
+        let mut appended = false;
+        let mut stopped = false;
+        'prepares: while op <= replica.head_op() {
+            let Some((header, Some(body))) = replica.prepare(op) else {
+                stopped = true;
+                break;
+            };
+            for request in batched_requests(body) {
+                let (batch, stamped, retention) =
+                    match prepared_send(request.header.operation, request.body, at, header.timestamp) {
+                        PreparedSend::Nothing => continue,
+                        PreparedSend::Batch { batch, header, retention } => (batch, header, retention),
+                        PreparedSend::Elsewhere => {
+                            // The log goes on where `apply` says: wait for the commit.
+                            stopped = true;
+                            break 'prepares;
+                        }
+                    };
+                if at < log.end_offset() {
+                    let held = log.remembered(at);
+                    if !held.is_some_and(|held| {
+                        held.end_offset == stamped.end_offset()
+                            && held.len == stamped.batch_length
+                            && held.checksum == stamped.batch_checksum
+                    }) {
+                        self.cut_wanted = Some(at);
+                        stopped = true;
+                        break 'prepares;
+                    }
+                } else {
+                    if seal_due {
+                        seal_before(log, io, self.bug, &mut self.counters);
+                    }
+                    match log.append_stamped(io, batch.to_vec()) {
+                        Ok(_) => {
+                            self.counters.batches_appended += 1;
+                            self.counters.batches_speculated += 1;
+                            self.counters.segment_bytes += batch.len() as u64;
+                            appended = true;
+                        }
+                        Err(error) => {
+                            if error == AppendError::Busy {
+                                self.counters.appends_busy += 1;
+                            } else {
+                                self.counters.appends_refused += 1;
+                            }
+                            stopped = true;
+                            break 'prepares;
+                        }
+                    }
+                }
+                at = stamped.end_offset();
+                seal_due = at == log.end_offset() && log.active_size() >= retention.segment_size;
+            }
+            self.speculated = Some((op, header.checksum, at, seal_due));
+            op += 1;
+        }
+        if !stopped && at < log.end_offset() {
+            // Past the journal's head: prepares a view change or a crash took away.
+            self.cut_wanted = Some(at);
+        }
+        if appended {
+            log.sync(io);
+        }
+        if self.cut_wanted.is_some() {
+            self.cut(io);
         }
         self.drain_events(io);
     }

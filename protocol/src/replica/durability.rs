@@ -117,6 +117,10 @@ pub struct CheckpointRecord {
     pub size: u64,
     pub checksum64: u64,
     pub region: u8,
+    /// The state machine's `prepare_cursor` at `op`: for one with an external log, the log was
+    /// durable through it before this checkpoint was written (the superblock records it as the
+    /// `offset_frontier` the log's owner claims when it opens the log).
+    pub cursor: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -383,15 +387,16 @@ impl<S: StateMachine> Replica<S> {
     /// The superblock this replica would write now.
     fn vsr_state(&self) -> VsrState {
         let durable = self.superblock_durable();
-        let (checkpoint_op, checkpoint_checksum, snapshot_size, snapshot_checksum, snapshot_region) =
+        let (checkpoint_op, checkpoint_checksum, snapshot_size, snapshot_checksum, snapshot_region, offset_frontier) =
             match &self.checkpoint_ready {
-                Some(ready) => (ready.op, ready.checksum, ready.size, ready.checksum64, ready.region),
+                Some(ready) => (ready.op, ready.checksum, ready.size, ready.checksum64, ready.region, ready.cursor),
                 None => (
                     durable.checkpoint_op,
                     durable.checkpoint_checksum,
                     durable.snapshot_size,
                     durable.snapshot_checksum,
                     durable.snapshot_region,
+                    durable.offset_frontier,
                 ),
             };
         VsrState {
@@ -403,7 +408,7 @@ impl<S: StateMachine> Replica<S> {
             commit_max: self.commit_max,
             checkpoint_op,
             checkpoint_checksum,
-            offset_frontier: 0,
+            offset_frontier,
             snapshot_size,
             snapshot_checksum,
             snapshot_region,
@@ -598,10 +603,10 @@ impl<S: StateMachine> Replica<S> {
             // The external log does not hold the checkpoint's state durably yet.
             return;
         }
-        let (op, checksum, _, bytes) = self.snapshot.pending.take().expect("checked");
+        let (op, checksum, cursor, bytes) = self.snapshot.pending.take().expect("checked");
         let region = 1 - durable_region;
-        let record =
-            CheckpointRecord { op, checksum, size: bytes.len() as u64, checksum64: checksum64(&bytes), region };
+        let (size, checksum64) = (bytes.len() as u64, checksum64(&bytes));
+        let record = CheckpointRecord { op, checksum, size, checksum64, region, cursor };
         let offset = snapshot_region_offset(region, self.config.snapshot_size_max);
         io.write(snapshot_file(self.config.namespace), offset, bytes.clone(), token(TokenKind::Snapshot, 0));
         self.snapshot.writing = Some((record, bytes));

@@ -329,6 +329,11 @@ impl<S: StateMachine> Replica<S> {
         self.config.sync_writes = sync_writes;
     }
 
+    /// The journal's prepare of `op`: its header, and its body unless only the header is here.
+    pub fn journal_prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)> {
+        self.journal.get(op).map(|entry| (&entry.header, entry.body.as_deref()))
+    }
+
     /// Whether the journal knows the prepare (op, checksum), by its body or by its header alone
     /// (for checkers of what a replica acknowledged).
     pub fn holds_prepare(&self, op: u64, checksum: u128) -> bool {

@@ -208,6 +208,7 @@ impl<S: StateMachine> Replica<S> {
             size: state.snapshot_size,
             checksum64: state.snapshot_checksum,
             region: state.snapshot_region,
+            cursor: self.state_machine.prepare_cursor(),
         };
         self.checkpoint_recovered(record, bytes.to_vec());
         self.open_wal_read(io);

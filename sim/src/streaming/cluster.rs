@@ -161,6 +161,10 @@ pub struct StreamingCounters {
     /// Fetches one segment log asked of a peer's, and the batches they brought.
     pub fetches_sent: u64,
     pub batches_fetched: u64,
+    /// Batches segment logs appended from prepares before they committed, and tails they cut
+    /// (prepares a view change or a crash replaced, sends the client table skipped).
+    pub batches_speculated: u64,
+    pub tail_cuts: u64,
     /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
     pub segment_logs_dropped: u64,
     /// Replicated poll replies not sent because their batches could not be read in time.
@@ -1453,6 +1457,8 @@ impl StreamingCluster {
                 self.counters.segment_logs_cut += segments.counters.opens_cut;
                 self.counters.fetches_sent += segments.counters.fetches_sent;
                 self.counters.batches_fetched += segments.counters.batches_fetched;
+                self.counters.batches_speculated += segments.counters.batches_speculated;
+                self.counters.tail_cuts += segments.counters.cuts;
                 self.counters.segment_logs_dropped += segments.counters.logs_dropped;
             }
         }

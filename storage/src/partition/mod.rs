@@ -33,7 +33,7 @@ pub use read::{PollingStrategy, ReadBatches, ReadError, ReadRequest, ReadStart};
 pub use recovery::RecoveryReport;
 // (`OwnerClaim` is defined below, beside `open_owned`.)
 use segment::{IndexEntry, Segment};
-pub use truncate::TruncateError;
+pub use truncate::{TailBatch, TruncateError};
 
 /// Tokens of partition logs carry this tag in their top byte (the replica's use 1..=4).
 pub const PARTITION_TOKEN_TAG: u64 = 0x20;
@@ -273,7 +273,7 @@ pub struct PartitionLog {
     token_next: u64,
     last_timestamp: u64,
     /// (base offset, end offset, segment start, position) of the newest batches, oldest first.
-    tail: VecDeque<(u64, u64, u64, u64)>,
+    tail: VecDeque<truncate::TailBatch>,
     /// A cut whose file operations wait for its superblock; no write starts meanwhile.
     cut_pending: Option<truncate::PendingCut>,
     /// The superblock is the owner's (`open_owned`): the log writes none and reads none.
@@ -392,6 +392,17 @@ impl PartitionLog {
     /// (start offset, end offset, size, sealed) of each segment, oldest first.
     pub fn segments(&self) -> impl Iterator<Item = (u64, u64, u64, bool)> + '_ {
         self.segments.iter().map(|segment| (segment.start_offset, segment.end_offset, segment.size, segment.sealed))
+    }
+
+    /// Whether a segment starts at `offset` (an empty active one after a seal counts).
+    pub fn starts_segment(&self, offset: u64) -> bool {
+        let at = self.segments.partition_point(|segment| segment.start_offset < offset);
+        self.segments.get(at).is_some_and(|segment| segment.start_offset == offset)
+    }
+
+    /// The active segment's size in bytes (0 when it is sealed or empty).
+    pub fn active_size(&self) -> u64 {
+        self.segments.back().filter(|segment| !segment.sealed).map_or(0, |segment| segment.size)
     }
 
     /// I/O requests of this log not completed yet (a failed log is reopened only at 0, so that no
@@ -765,7 +776,7 @@ impl PartitionLog {
     /// dropped and the log continues from its first offset. Bytes below it are untouched.
     fn reject_from(&mut self, io: &mut impl Io, writing: &Writing, error: IoError) {
         let from_offset = writing.base_offset;
-        self.tail.retain(|(base, ..)| *base < from_offset);
+        self.tail.retain(|batch| batch.base_offset < from_offset);
         self.appending = None;
         self.queued.clear();
         self.unwritten_bytes = 0;

@@ -31,6 +31,19 @@ pub enum TruncateError {
     TooDeep { offset: u64, oldest: u64 },
 }
 
+/// One of the newest batches, as the log remembers it: where a cut may go, and what a replicated
+/// log above checks its speculative tail against (a batch is named by its offsets, its length
+/// and its `batch_checksum`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TailBatch {
+    pub base_offset: u64,
+    pub end_offset: u64,
+    pub len: u64,
+    pub checksum: u64,
+    pub segment_start: u64,
+    pub position: u64,
+}
+
 /// A cut whose file operations wait for a superblock.
 #[derive(Debug)]
 pub(super) struct PendingCut {
@@ -67,7 +80,8 @@ impl PartitionLog {
 
     /// Cuts every message at and after `from_offset`, which must start a batch the log remembers
     /// (`PartitionConfig::tail_batches_max` of the newest). Reads see the cut at once; appends go
-    /// on from `from_offset`. Refused with `Busy` while writes or a sync are in flight.
+    /// on from `from_offset`. A cut where a segment starts removes that segment and makes the one
+    /// before the active one again. Refused with `Busy` while writes or a sync are in flight.
     pub fn truncate(&mut self, io: &mut impl Io, from_offset: u64) -> Result<(), TruncateError> {
         if self.status != Status::Open {
             return Err(TruncateError::NotOpen);
@@ -87,14 +101,19 @@ impl PartitionLog {
         {
             return Err(TruncateError::Busy);
         }
-        let Some(&(_, _, segment_start, position)) = self.tail.iter().find(|(base, ..)| *base == from_offset) else {
-            return match self.tail.front() {
-                Some(&(oldest, ..)) if oldest < from_offset => {
-                    Err(TruncateError::NotABatchStart { offset: from_offset })
-                }
-                Some(&(oldest, ..)) => Err(TruncateError::TooDeep { offset: from_offset, oldest }),
+        let Some(&TailBatch { segment_start, position, .. }) = self.remembered(from_offset) else {
+            return match self.tail.front().map(|batch| batch.base_offset) {
+                Some(oldest) if oldest < from_offset => Err(TruncateError::NotABatchStart { offset: from_offset }),
+                Some(oldest) => Err(TruncateError::TooDeep { offset: from_offset, oldest }),
                 None => Err(TruncateError::TooDeep { offset: from_offset, oldest: end }),
             };
+        };
+        let (segment_start, position) = match self.segments.iter().rev().find(|s| s.start_offset < segment_start) {
+            // The cut starts a segment: it goes too, and the one before takes appends again, as if
+            // the batch that began the next segment had never come (its owner seals again, or
+            // not, when the next batch comes).
+            Some(previous) if position == 0 => (previous.start_offset, previous.size),
+            _ => (segment_start, position),
         };
         self.cut_units(from_offset);
         let mut removed = Vec::new();
@@ -111,7 +130,7 @@ impl PartitionLog {
         segment.index_written = segment.index_written.min(segment.index.len());
         segment.damaged.retain(|damage| damage.position < position);
         let index_len = (segment.index.len() * INDEX_ENTRY_SIZE) as u64;
-        self.tail.retain(|(base, ..)| *base < from_offset);
+        self.tail.retain(|batch| batch.base_offset < from_offset);
         self.frontier_pending.retain(|sealed_end| *sealed_end <= from_offset);
         self.written_offset = self.written_offset.min(from_offset);
         self.synced_offset = self.synced_offset.min(from_offset);
@@ -178,14 +197,28 @@ impl PartitionLog {
     /// Remembers where a batch starts, for cuts: a run of the newest batches, at most
     /// `tail_batches_max`, without gaps (recovery reads only the tails of trusted segments, and
     /// damage leaves holes: a batch that does not continue the run starts a new one).
+    /// The remembered batch that starts at `base_offset`, if it is among the newest
+    /// `PartitionConfig::tail_batches_max`.
+    pub fn remembered(&self, base_offset: u64) -> Option<&TailBatch> {
+        let at = self.tail.binary_search_by_key(&base_offset, |batch| batch.base_offset).ok()?;
+        self.tail.get(at)
+    }
+
     pub(super) fn remember_batch(&mut self, header: &BatchHeader, segment_start: u64, position: u64) {
-        if self.tail.back().is_some_and(|(_, end, ..)| *end != header.base_offset) {
-            self.tail.retain(|(base, ..)| *base < header.base_offset);
-            if self.tail.back().is_some_and(|(_, end, ..)| *end != header.base_offset) {
+        if self.tail.back().is_some_and(|batch| batch.end_offset != header.base_offset) {
+            self.tail.retain(|batch| batch.base_offset < header.base_offset);
+            if self.tail.back().is_some_and(|batch| batch.end_offset != header.base_offset) {
                 self.tail.clear();
             }
         }
-        self.tail.push_back((header.base_offset, header.end_offset(), segment_start, position));
+        self.tail.push_back(TailBatch {
+            base_offset: header.base_offset,
+            end_offset: header.end_offset(),
+            len: header.batch_length,
+            checksum: header.batch_checksum,
+            segment_start,
+            position,
+        });
         while self.tail.len() > self.config.tail_batches_max {
             self.tail.pop_front();
         }
