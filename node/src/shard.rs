@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Token};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_namespace, Command, Header, Message};
+use vireo_protocol::replica::LogMark;
 use vireo_protocol::{Config, Replica, ReplicaEvent, StateMachine, Status};
 use vireo_storage::partition::{token_owner, ReadBatches, ReadError, ReadRequest};
 
@@ -84,8 +85,9 @@ struct Group<S: StateMachine> {
     replica: Replica<S>,
     /// A partition group's segment log (none for the metadata group).
     segments: Option<SegmentLog>,
-    /// The log's durable cursor as last reported to the replica (`external_log_durable`).
-    durable_reported: u64,
+    /// The log's durable and acknowledgeable cursors as last reported to the replica
+    /// (`external_log_durable`).
+    reported: (u64, u64),
 }
 
 impl Group<PartitionMachine> {
@@ -103,16 +105,19 @@ impl Group<PartitionMachine> {
         let waited_for = self.replica.checkpoint_waiting_for().is_some();
         let ready = self.replica.status() == Status::Normal && (caught_up || waited_for);
         let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
-        let frontier = self.replica.superblock_durable().offset_frontier;
-        segments.follow(&mut group_io, self.replica.state_machine_mut(), ready, frontier);
+        let durable = self.replica.superblock_durable();
+        let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };
+        segments.follow(&mut group_io, self.replica.state_machine_mut(), ready, checkpoint);
         if self.replica.status() == Status::Normal {
             segments.speculate(&mut group_io, &self.replica);
         }
-        // The group's checkpoints wait for the log to hold their state durably.
+        // The group's checkpoints wait for the log to hold their state durably, and its
+        // acknowledgements for the log to hold the prepares' batches.
         let durable = segments.durable_cursor();
-        if durable != self.durable_reported {
-            self.durable_reported = durable;
-            self.replica.external_log_durable(&mut group_io, durable);
+        let ackable = segments.ack_cursor(&self.replica, self.replica.config().sync_writes);
+        if (durable, ackable) != self.reported || self.replica.journal_replaced() {
+            self.reported = (durable, ackable);
+            self.replica.external_log_durable(&mut group_io, durable, ackable);
         }
     }
 
@@ -206,7 +211,7 @@ impl<M: MetadataPlane> Shard<M> {
             );
             shard.slots.insert(0, Namespace::METADATA);
             shard.metadata =
-                Some(Group { slot: 0, incarnation: 0, in_flight, replica, segments: None, durable_reported: 0 });
+                Some(Group { slot: 0, incarnation: 0, in_flight, replica, segments: None, reported: (0, 0) });
             shard.drain_events(Namespace::METADATA);
         }
         shard
@@ -440,7 +445,7 @@ impl<M: MetadataPlane> Shard<M> {
                 replica.config().replica_count,
             ));
             self.partitions
-                .insert(namespace, Group { slot, incarnation, in_flight, replica, segments, durable_reported: 0 });
+                .insert(namespace, Group { slot, incarnation, in_flight, replica, segments, reported: (0, 0) });
             self.drain_events(namespace);
         }
         assert_eq!(self.slots.len(), self.partitions.len() + self.metadata.is_some() as usize);

@@ -35,9 +35,10 @@ pub enum Bug {
     /// A node's segment log of a partition never seals where its machine's segments end: its
     /// files no longer end at the batches every replica's do.
     SegmentLogIgnoresSeals,
-    /// A partition group writes its checkpoints without waiting for its segment log to hold
-    /// their state durably: the WAL then overwrites prepares whose batches no log may hold.
-    CheckpointBeforeLogSync,
+    /// A partition group acknowledges prepares and writes checkpoints without waiting for its
+    /// segment log to hold their batches durably: the WAL then overwrites prepares whose batches
+    /// no log may hold.
+    LogDurabilityIgnored,
     /// A partition's segment log takes the batches it appended from prepares not yet committed
     /// as the committed log, without checking them against what the machine applied: a tail a
     /// view change replaced stays in its files.
@@ -58,7 +59,7 @@ impl Bug {
         Bug::PollPastCommit,
         Bug::AckBeforeSync,
         Bug::SegmentLogIgnoresSeals,
-        Bug::CheckpointBeforeLogSync,
+        Bug::LogDurabilityIgnored,
         Bug::SegmentLogTrustsItsTail,
     ];
 

@@ -35,12 +35,16 @@ impl Entry {
 pub struct Journal {
     pub layout: WalLayout,
     slots: Vec<Option<Entry>>,
+    /// A prepare was replaced by another of its op, or dropped from the head (a view change, a
+    /// state transfer), since the replica's external log last reported what it holds: until it
+    /// reports again, it may hold the batches of prepares this journal no longer has.
+    pub replaced: bool,
 }
 
 impl Journal {
     pub fn new(layout: WalLayout) -> Journal {
         let slots = (0..layout.slot_count).map(|_| None).collect();
-        Journal { layout, slots }
+        Journal { layout, slots, replaced: false }
     }
 
     fn index(&self, op: u64) -> usize {
@@ -70,6 +74,12 @@ impl Journal {
             assert!(entry.header.valid_checksum_body(body));
         }
         let index = self.index(entry.header.op);
+        if self.slots[index]
+            .as_ref()
+            .is_some_and(|old| old.header.op >= entry.header.op && old.header.checksum != entry.header.checksum)
+        {
+            self.replaced = true;
+        }
         self.slots[index] = Some(entry);
     }
 
@@ -77,6 +87,7 @@ impl Journal {
         let index = self.index(op);
         if self.slots[index].as_ref().is_some_and(|entry| entry.header.op == op) {
             self.slots[index] = None;
+            self.replaced = true;
         }
     }
 
@@ -84,6 +95,7 @@ impl Journal {
     pub fn retain(&mut self, floor: u64, op: u64) {
         for slot in &mut self.slots {
             if slot.as_ref().is_some_and(|entry| entry.header.op > op || entry.header.op <= floor) {
+                self.replaced |= slot.as_ref().is_some_and(|entry| entry.header.op > op);
                 *slot = None;
             }
         }

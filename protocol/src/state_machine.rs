@@ -16,6 +16,13 @@ pub trait StateMachine: Sized {
     /// the user its session registered as (the node vouched for it at register time).
     fn apply(&mut self, op: u64, timestamp: u64, request: &Header, user_id: u32, body: &[u8]) -> Vec<u8>;
 
+    /// A committed request the client table skipped (its session was evicted by an op in
+    /// between, or it was already applied): no reply comes of it. What `prepare` decided for it
+    /// may still stand: a partition keeps a send's batch at the offsets the primary stamped, so
+    /// that its log goes on exactly as the prepares said (the client hears of an eviction, and
+    /// may find its messages stored: at least once). Most state machines do nothing.
+    fn apply_skipped(&mut self, _op: u64, _timestamp: u64, _request: &Header, _body: &[u8]) {}
+
     /// Whether a committed register (a login) may open its session, checked as it applies so
     /// that a credential revoked before it commits is refused on every replica alike. `Err` is
     /// the status the client is refused with; the session is not opened. Most state machines
@@ -27,6 +34,12 @@ pub trait StateMachine: Sized {
     /// The cursor after the last applied op: where a primary whose log holds nothing above its
     /// commit point prepares on from (see `prepare`).
     fn prepare_cursor(&self) -> u64 {
+        0
+    }
+
+    /// Where an external log is needed from (a partition's first offset): it deletes nothing
+    /// from there until a checkpoint that no longer needs it is durable.
+    fn retained_from(&self) -> u64 {
         0
     }
 

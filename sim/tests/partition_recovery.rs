@@ -562,6 +562,33 @@ fn in_an_owned_log_the_claimed_frontier_tells_damage_from_a_tear() {
     }
 }
 
+/// Retention lets many segments go at once; their files are removed one segment at a time, the
+/// oldest first. A crash at any point leaves the newest of them and every segment after: a log
+/// that starts later, never one with a hole, so the segments its owner still counts on stay.
+#[test]
+fn a_crash_while_retention_removes_files_never_leaves_a_hole() {
+    let config = PartitionConfig { segment_size: u64::MAX, ..config() };
+    for seed in 0..40u64 {
+        let mut harness = PartitionHarness::new_owned(LocalWorld::new(60 + seed, no_faults(), false), config.clone());
+        for _ in 0..12 {
+            harness.append(10, 100);
+            harness.log.seal(&mut harness.world);
+        }
+        sync_and_settle(&mut harness);
+        let end = harness.log.end_offset();
+        assert_eq!(harness.log.retain_from(&mut harness.world, 100), 10, "seed {seed}");
+        for _ in 0..harness.world.rng.below(24) {
+            harness.step();
+        }
+        let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: end, retained_from: 0 });
+        let starts: Vec<u64> = harness.log.segments().map(|(start, ..)| start).collect();
+        assert_eq!(report.end_offset, end, "seed {seed}: nothing after the removed segments is lost: {report:?}");
+        assert!(report.truncated_from.is_none() && !report.corrupt, "seed {seed}: {report:?}");
+        assert!(starts.windows(2).all(|pair| pair[1] == pair[0] + 10), "seed {seed}: a hole: {starts:?}");
+        assert!(report.first_offset <= 100, "seed {seed}: {report:?}");
+    }
+}
+
 /// An owner decides where segments end and which go: `seal` ends the active segment at the
 /// batch the owner says, `retain_from` deletes the sealed segments below an offset, and
 /// `purge_to` skips ahead to where the owner's state is. A crash keeps all three.

@@ -50,7 +50,7 @@ fn settle(node: &mut Node, log: &mut SegmentLog, machine: &mut PartitionMachine)
         while let Some(completion) = node.world.step() {
             log.on_completion(node, completion);
         }
-        log.follow(node, machine, true, 0);
+        log.follow(node, machine, true, Default::default());
         if node.world.in_flight() == 0 {
             return;
         }

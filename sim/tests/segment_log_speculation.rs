@@ -108,7 +108,7 @@ fn settle(node: &mut Node, log: &mut SegmentLog, journal: &mut Journal) {
         while let Some(completion) = node.world.step() {
             log.on_completion(node, completion);
         }
-        log.follow(node, &mut journal.machine, true, 0);
+        log.follow(node, &mut journal.machine, true, Default::default());
         log.speculate(node, journal);
         if node.world.in_flight() == 0 {
             return;

@@ -194,20 +194,20 @@ fn a_segment_log_that_ignores_seals_is_caught() {
     }
 }
 
-/// A partition group that writes its checkpoints before its segment log holds their state
-/// durably (no message bytes are in a checkpoint) loses, to a crash in between, batches its
+/// A partition group that acknowledges prepares and writes its checkpoints before its segment log
+/// holds their batches durably (no message bytes are in a checkpoint) loses, to a crash in between, batches its
 /// checkpoint names and no log holds: a single node's log can then never catch up with its
 /// machine, and the run does not converge. Segment logs sync slowly in a third of the seeds.
 #[test]
-fn a_checkpoint_that_does_not_wait_for_the_segment_log_is_caught() {
+fn a_group_that_does_not_wait_for_its_segment_log_is_caught() {
     install_panic_hook();
     let overrides = Overrides { replicas: Some(1), ..streaming() };
     let (seed, code, message) = (0..300)
         .find_map(|seed| {
-            let report = run_seed(seed, &overrides, Some(Bug::CheckpointBeforeLogSync));
+            let report = run_seed(seed, &overrides, Some(Bug::LogDurabilityIgnored));
             (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
         })
-        .expect("checkpoint-before-log-sync caught within 300 seeds");
+        .expect("log-durability-ignored caught within 300 seeds");
     assert_eq!(code, 128, "seed {seed}: {message}");
     assert!(message.contains("log=0.."), "seed {seed}: {message}");
 }

@@ -503,8 +503,31 @@ impl StateMachine for PartitionMachine {
         reply
     }
 
+    /// A send the client table skipped still holds the offsets its primary stamped it at: the
+    /// batch is stored there, so that the log goes on as the prepares say (the segment log wrote
+    /// it there as the prepare came).
+    fn apply_skipped(&mut self, op: u64, timestamp: u64, request: &Header, body: &[u8]) {
+        let PreparedSend::Batch { batch, retention, .. } =
+            prepared_send(request.operation, body, self.next_offset, timestamp)
+        else {
+            return;
+        };
+        let Ok((partition, _)) = decode_send_head(body) else { return };
+        let stored = self.send(partition, retention, batch.to_vec(), timestamp / 1000);
+        debug_assert!(stored.is_ok(), "a stamped send is stored");
+        let mut link = [0u8; 16];
+        link[..8].copy_from_slice(&self.digest.to_le_bytes());
+        link[8..].copy_from_slice(&op.to_le_bytes());
+        self.digest = checksum64(&link);
+        self.assert_invariants();
+    }
+
     fn prepare_cursor(&self) -> u64 {
         self.next_offset
+    }
+
+    fn retained_from(&self) -> u64 {
+        self.first_offset
     }
 
     /// Stamps a send's batch where the log will hold it, so that the prepare carries the

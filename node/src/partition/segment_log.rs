@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_of, Command, Header, Message};
+use vireo_protocol::replica::LogMark;
 use vireo_protocol::request::batched_requests;
 use vireo_protocol::Replica;
 
@@ -232,6 +233,21 @@ impl SegmentLog {
         }
     }
 
+    /// The log's following state, for failure reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "verified_to={} claimed={} speculated={:?} cut_wanted={:?} pending={:?} fetch={:?} damaged={} {:?}",
+            self.verified_to,
+            self.claimed,
+            self.speculated.map(|(op, _, end, seal)| (op, end, seal)),
+            self.cut_wanted,
+            self.pending.front().map(|(base, ..)| *base)..self.pending.back().map(|(_, end, _)| *end),
+            self.fetch,
+            self.damaged,
+            self.counters
+        )
+    }
+
     pub fn log(&self) -> Option<&PartitionLog> {
         self.log.as_ref().filter(|log| log.status() == Status::Open)
     }
@@ -243,6 +259,28 @@ impl SegmentLog {
             return 0;
         }
         self.log().map_or(0, |log| log.synced_offset().min(self.verified_to))
+    }
+
+    /// Below this the log holds the batches of the group's prepares as its journal has them now:
+    /// what it may acknowledge. Synced when durability is `enforced`, else written.
+    pub fn ack_cursor(&self, prepares: &impl Prepares, enforced: bool) -> u64 {
+        if self.damaged {
+            return 0;
+        }
+        let Some(log) = self.log() else { return 0 };
+        let stored = if enforced { log.synced_offset() } else { log.written_offset() };
+        let held = match self.speculated {
+            Some((op, checksum, end, _))
+                if self.cut_wanted.is_none()
+                    && op > prepares.commit_min()
+                    && end <= log.end_offset()
+                    && prepares.prepare(op).is_some_and(|(header, _)| header.checksum == checksum) =>
+            {
+                end
+            }
+            _ => self.verified_to,
+        };
+        stored.min(held)
     }
 
     /// Starts a read of the open log; its result comes back through `take_read`.
@@ -463,9 +501,9 @@ impl SegmentLog {
     /// the batches it lacks (from what was applied, else fetched from a peer) and syncs them.
     /// `ready`: the machine is where the group's log is (restored, and caught up with the commits
     /// it knows of), so that its first offset is where the log may be claimed from.
-    /// `frontier`: the group's durable checkpoint's cursor, claimed when the log opens (the log
-    /// was durable and committed below it).
-    pub fn follow(&mut self, io: &mut impl Io, machine: &mut PartitionMachine, ready: bool, frontier: u64) {
+    /// `checkpoint`: where the log stood at the group's durable checkpoint: durable and
+    /// committed below its cursor (claimed when the log opens), needed from its `retained_from`.
+    pub fn follow(&mut self, io: &mut impl Io, machine: &mut PartitionMachine, ready: bool, checkpoint: LogMark) {
         while let Some((base, bytes)) = machine.take_applied() {
             let end = BatchHeader::decode(&bytes).expect("an applied batch is stamped").end_offset();
             if self.pending.back().is_some_and(|(_, last, _)| *last != base) {
@@ -490,8 +528,9 @@ impl SegmentLog {
                 self.damaged = false;
                 self.suspect = None;
                 self.serving.clear();
-                self.claimed = frontier;
-                let claim = OwnerClaim { frontier, retained_from: first };
+                self.claimed = checkpoint.cursor;
+                let claim =
+                    OwnerClaim { frontier: checkpoint.cursor, retained_from: first.min(checkpoint.retained_from) };
                 self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
                 self.drain_events(io);
                 return;
@@ -558,7 +597,9 @@ impl SegmentLog {
             self.drain_events(io);
             return;
         }
-        log.retain_from(io, first);
+        // Segments go once the durable checkpoint no longer needs them: a restart from it finds
+        // every batch it goes on from (retention at the ops it replays runs again).
+        log.retain_from(io, first.min(checkpoint.retained_from));
         // What lies below the machine's first offset is going: nothing there to check.
         self.verified_to = self.verified_to.max(first).clamp(log.first_offset(), log.end_offset());
         if !self.cut(io) {
@@ -693,7 +734,7 @@ impl SegmentLog {
     /// what differs, or lies past the journal's head, is cut. Only once the log holds the
     /// committed log whole (checked), so that the prepares continue it.
     pub fn speculate(&mut self, io: &mut impl Io, replica: &impl Prepares) {
-        if self.damaged || self.cut_wanted.is_some() || self.bug == Some(Bug::SegmentLogIgnoresSeals) {
+        if self.damaged || self.cut_wanted.is_some() {
             return;
         }
         let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };

@@ -117,10 +117,25 @@ pub struct CheckpointRecord {
     pub size: u64,
     pub checksum64: u64,
     pub region: u8,
-    /// The state machine's `prepare_cursor` at `op`: for one with an external log, the log was
-    /// durable through it before this checkpoint was written (the superblock records it as the
-    /// `offset_frontier` the log's owner claims when it opens the log).
+    /// Where the state machine's external log stood at `op` (the superblock records it as the
+    /// `offset_frontier` and `retained_from` its owner claims when it opens the log).
+    pub mark: LogMark,
+}
+
+/// Where a state machine's external log stands at a checkpoint: durable through `cursor` (its
+/// `prepare_cursor`: the checkpoint was written only once the log held it), and needed from
+/// `retained_from` on (its `retained_from`: the log deletes nothing from there until a later
+/// checkpoint is durable, so a restart from this one finds every batch it goes on from).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogMark {
     pub cursor: u64,
+    pub retained_from: u64,
+}
+
+impl LogMark {
+    pub fn of<S: StateMachine>(state_machine: &S) -> LogMark {
+        LogMark { cursor: state_machine.prepare_cursor(), retained_from: state_machine.retained_from() }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -138,7 +153,7 @@ pub struct SnapshotPipeline {
     /// A snapshot to write once the previous checkpoint is durable and (for a state machine with
     /// an external log) that log is durable through its cursor: (op, checksum, cursor, bytes),
     /// the latest wins.
-    pending: Option<(u64, u128, u64, Vec<u8>)>,
+    pending: Option<(u64, u128, LogMark, Vec<u8>)>,
     /// The bytes of `checkpoint_ready`, served to peers for state transfer.
     ready_bytes: Vec<u8>,
 }
@@ -222,6 +237,14 @@ impl<S: StateMachine> Replica<S> {
     pub(super) fn ack_safe(&mut self, op: u64) -> bool {
         if !self.log_view_durable() {
             return false;
+        }
+        if S::EXTERNAL_LOG && self.config.bug != Some(Bug::LogDurabilityIgnored) {
+            // The prepare's batches live in the external log only: it must hold them, and hold
+            // this journal's (not those of prepares a view change replaced since it reported).
+            let held = self.journal.get(op).is_some_and(|entry| entry.header.cursor <= self.external_ack_cursor);
+            if self.journal.replaced || !held {
+                return false;
+            }
         }
         let durable_head = self.superblock_durable().log_op;
         self.durable_chain_op = self.durable_chain_op.max(durable_head);
@@ -387,16 +410,16 @@ impl<S: StateMachine> Replica<S> {
     /// The superblock this replica would write now.
     fn vsr_state(&self) -> VsrState {
         let durable = self.superblock_durable();
-        let (checkpoint_op, checkpoint_checksum, snapshot_size, snapshot_checksum, snapshot_region, offset_frontier) =
+        let (checkpoint_op, checkpoint_checksum, snapshot_size, snapshot_checksum, snapshot_region, mark) =
             match &self.checkpoint_ready {
-                Some(ready) => (ready.op, ready.checksum, ready.size, ready.checksum64, ready.region, ready.cursor),
+                Some(ready) => (ready.op, ready.checksum, ready.size, ready.checksum64, ready.region, ready.mark),
                 None => (
                     durable.checkpoint_op,
                     durable.checkpoint_checksum,
                     durable.snapshot_size,
                     durable.snapshot_checksum,
                     durable.snapshot_region,
-                    durable.offset_frontier,
+                    LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from },
                 ),
             };
         VsrState {
@@ -408,14 +431,14 @@ impl<S: StateMachine> Replica<S> {
             commit_max: self.commit_max,
             checkpoint_op,
             checkpoint_checksum,
-            offset_frontier,
+            offset_frontier: mark.cursor,
             snapshot_size,
             snapshot_checksum,
             snapshot_region,
             log_view_sequence: self.start_view_sequence,
             log_op: self.op,
             log_op_checksum: self.op_checksum,
-            retained_from: 0,
+            retained_from: mark.retained_from,
             view_headers: self
                 .view_headers()
                 .iter()
@@ -539,8 +562,8 @@ impl<S: StateMachine> Replica<S> {
             &self.client_table,
             &self.state_machine,
         );
-        let cursor = self.state_machine.prepare_cursor();
-        self.checkpoint_write(io, self.commit_min, self.commit_min_checksum, cursor, bytes);
+        let mark = LogMark::of(&self.state_machine);
+        self.checkpoint_write(io, self.commit_min, self.commit_min_checksum, mark, bytes);
     }
 
     /// Writes a checkpoint (ours, or one from state transfer) once the previous one is durable.
@@ -556,7 +579,14 @@ impl<S: StateMachine> Replica<S> {
 
     /// `cursor` is the state machine's `prepare_cursor` at `op`: what its external log (if any)
     /// must hold durably before the checkpoint may be written.
-    pub(super) fn checkpoint_write(&mut self, io: &mut impl Io, op: u64, checksum: u128, cursor: u64, bytes: Vec<u8>) {
+    pub(super) fn checkpoint_write(
+        &mut self,
+        io: &mut impl Io,
+        op: u64,
+        checksum: u128,
+        mark: LogMark,
+        bytes: Vec<u8>,
+    ) {
         let latest = self.checkpoint_ready.as_ref().map_or(self.superblock_durable().checkpoint_op, |ready| ready.op);
         if op <= latest {
             return;
@@ -566,23 +596,36 @@ impl<S: StateMachine> Replica<S> {
             "checkpoint of {} bytes exceeds snapshot_size_max",
             bytes.len()
         );
-        self.snapshot.pending = Some((op, checksum, cursor, bytes));
+        self.snapshot.pending = Some((op, checksum, mark, bytes));
         self.snapshot_flush(io);
     }
 
-    /// The owner of the state machine's external log reports it durable below `cursor`: a
-    /// checkpoint waiting for it may be written.
-    pub fn external_log_durable(&mut self, io: &mut impl Io, cursor: u64) {
+    /// The owner of the state machine's external log reports what it holds: durable and
+    /// committed below `durable` (a checkpoint waiting for it may be written), and the batches of
+    /// this journal's prepares below `acknowledgeable` (prepares up to there may be
+    /// acknowledged). Reported after every step that may have changed either, and after the
+    /// owner has read the journal as it is now.
+    pub fn external_log_durable(&mut self, io: &mut impl Io, durable: u64, acknowledgeable: u64) {
         assert!(S::EXTERNAL_LOG, "only a state machine with an external log has one to report");
-        self.external_durable_cursor = cursor;
+        let more = acknowledgeable > self.external_ack_cursor || self.journal.replaced;
+        self.external_durable_cursor = durable;
+        self.external_ack_cursor = acknowledgeable;
+        self.journal.replaced = false;
         self.snapshot_flush(io);
+        if more && self.status == Status::Normal {
+            if self.is_primary() {
+                self.primary_commit(io);
+            } else {
+                self.send_prepare_oks(io);
+            }
+        }
     }
 
     /// The cursor a pending checkpoint waits for its external log to be durable through, if one
     /// waits for it.
     pub fn checkpoint_waiting_for(&self) -> Option<u64> {
-        let (_, _, cursor, _) = self.snapshot.pending.as_ref()?;
-        (*cursor > self.external_durable_cursor).then_some(*cursor)
+        let (_, _, mark, _) = self.snapshot.pending.as_ref()?;
+        (mark.cursor > self.external_durable_cursor).then_some(mark.cursor)
     }
 
     fn snapshot_flush(&mut self, io: &mut impl Io) {
@@ -598,15 +641,15 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         let waits =
-            self.snapshot.pending.as_ref().is_some_and(|(_, _, cursor, _)| *cursor > self.external_durable_cursor);
-        if waits && self.config.bug != Some(crate::config::Bug::CheckpointBeforeLogSync) {
+            self.snapshot.pending.as_ref().is_some_and(|(_, _, mark, _)| mark.cursor > self.external_durable_cursor);
+        if waits && self.config.bug != Some(Bug::LogDurabilityIgnored) {
             // The external log does not hold the checkpoint's state durably yet.
             return;
         }
-        let (op, checksum, cursor, bytes) = self.snapshot.pending.take().expect("checked");
+        let (op, checksum, mark, bytes) = self.snapshot.pending.take().expect("checked");
         let region = 1 - durable_region;
         let (size, checksum64) = (bytes.len() as u64, checksum64(&bytes));
-        let record = CheckpointRecord { op, checksum, size, checksum64, region, cursor };
+        let record = CheckpointRecord { op, checksum, size, checksum64, region, mark };
         let offset = snapshot_region_offset(region, self.config.snapshot_size_max);
         io.write(snapshot_file(self.config.namespace), offset, bytes.clone(), token(TokenKind::Snapshot, 0));
         self.snapshot.writing = Some((record, bytes));

@@ -40,7 +40,7 @@ use crate::header::{Command, Header, Message};
 use crate::journal::Journal;
 use crate::state_machine::StateMachine;
 
-pub use durability::CheckpointRecord;
+pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
 use recovery::Opening;
 use timeout::Timeout;
@@ -164,6 +164,10 @@ pub struct Replica<S: StateMachine> {
     checkpoint_ready: Option<CheckpointRecord>,
     /// The state machine's external log is durable below this cursor (`u64::MAX` without one).
     external_durable_cursor: u64,
+    /// Below this offset the external log holds the batches of this journal's prepares (durably,
+    /// or written when durability is not enforced): a prepare is acknowledged only once its
+    /// cursor is at or below it (`ack_safe`).
+    external_ack_cursor: u64,
 
     /// A peer's checkpoint being assembled from its chunks (bounded by `snapshot_size_max`).
     transfer: Option<repair::Transfer>,
@@ -230,6 +234,7 @@ impl<S: StateMachine> Replica<S> {
             superblock: SuperblockPipeline::default(),
             snapshot: SnapshotPipeline::default(),
             external_durable_cursor: if S::EXTERNAL_LOG { 0 } else { u64::MAX },
+            external_ack_cursor: if S::EXTERNAL_LOG { 0 } else { u64::MAX },
             checkpoint_ready: None,
             peer_checkpoint_op: 0,
             transfer: None,
@@ -327,6 +332,12 @@ impl<S: StateMachine> Replica<S> {
     /// on are acknowledged after their syncs, or once written.
     pub fn set_sync_writes(&mut self, sync_writes: bool) {
         self.config.sync_writes = sync_writes;
+    }
+
+    /// Whether the journal replaced or dropped prepares since the external log last reported
+    /// (`external_log_durable`): it must report again before any is acknowledged.
+    pub fn journal_replaced(&self) -> bool {
+        self.journal.replaced
     }
 
     /// The journal's prepare of `op`: its header, and its body unless only the header is here.

@@ -492,12 +492,16 @@ impl<S: StateMachine> Replica<S> {
                         let entry = entry.clone();
                         self.send_reply(io, &request.header, request.header.request, &entry);
                     }
+                    self.state_machine.apply_skipped(op, header.timestamp, &request.header, request.body);
                 }
-                RequestOutcome::Stale => {}
+                RequestOutcome::Stale => {
+                    self.state_machine.apply_skipped(op, header.timestamp, &request.header, request.body);
+                }
                 RequestOutcome::Evicted => {
                     if primary {
                         self.send_eviction(io, &request.header);
                     }
+                    self.state_machine.apply_skipped(op, header.timestamp, &request.header, request.body);
                 }
             }
         }

@@ -24,6 +24,7 @@ use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file, HEADER_SIZE};
 use vireo_storage::superblock::{choose, Superblock, SuperblockError, SUPERBLOCK_SIZE_MAX};
 
+use super::durability::LogMark;
 use super::durability::{token, token_detail, Snapshot, TokenKind};
 use super::{CheckpointRecord, Replica, ReplicaEvent, Status};
 use crate::config::Bug;
@@ -208,7 +209,7 @@ impl<S: StateMachine> Replica<S> {
             size: state.snapshot_size,
             checksum64: state.snapshot_checksum,
             region: state.snapshot_region,
-            cursor: self.state_machine.prepare_cursor(),
+            mark: LogMark::of(&self.state_machine),
         };
         self.checkpoint_recovered(record, bytes.to_vec());
         self.open_wal_read(io);

@@ -24,6 +24,7 @@
 use vireo_io::Io;
 use vireo_storage::checksum::checksum64;
 
+use super::durability::LogMark;
 use super::{Replica, ReplicaEvent, Status};
 use vireo_storage::superblock::VIEW_HEADERS_MAX;
 
@@ -575,7 +576,7 @@ impl<S: StateMachine> Replica<S> {
         {
             return;
         }
-        let cursor = snapshot.state_machine.prepare_cursor();
+        let cursor = LogMark::of(&snapshot.state_machine);
         self.state_machine = snapshot.state_machine;
         self.client_table = snapshot.client_table;
         self.commit_min = op;

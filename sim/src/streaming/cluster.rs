@@ -1490,10 +1490,15 @@ impl StreamingCluster {
                 }
                 for (namespace, replica) in shard.partitions() {
                     let machine = replica.state_machine();
-                    let log = shard.segment_log(namespace).and_then(|segments| segments.log());
+                    let segments = shard.segment_log(namespace);
+                    let log = segments.and_then(|segments| segments.log());
                     let log = log.map_or("closed".to_string(), |log| {
                         format!("{}..{} synced {}", log.first_offset(), log.end_offset(), log.synced_offset())
                     });
+                    let log = match segments {
+                        Some(segments) => format!("{log} {}", segments.describe()),
+                        None => log,
+                    };
                     let _ = write!(
                         report,
                         " [n{index} {} {:?} v{} op={} commit={}/{} machine={}..{} log={log}]",

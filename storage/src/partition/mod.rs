@@ -208,7 +208,7 @@ struct Syncing {
     error: Option<IoError>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Op {
     /// The `.log` or `.index` write of a unit.
     UnitWrite {
@@ -222,6 +222,9 @@ enum Op {
     SuperblockSync,
     /// A truncate or remove that later writes must not overtake (the file may be written again).
     Ordering,
+    /// A removal of a segment's files that retention or a purge let go: one segment at a time,
+    /// the oldest first.
+    Deletion,
     /// Creating an empty file: nothing waits on it.
     Create,
     Recovery,
@@ -274,6 +277,10 @@ pub struct PartitionLog {
     last_timestamp: u64,
     /// (base offset, end offset, segment start, position) of the newest batches, oldest first.
     tail: VecDeque<truncate::TailBatch>,
+    /// Segments let go whose files are still to be removed, oldest first, and the removals of
+    /// the one being removed still in flight.
+    deletions: VecDeque<u64>,
+    deletions_in_flight: usize,
     /// A cut whose file operations wait for its superblock; no write starts meanwhile.
     cut_pending: Option<truncate::PendingCut>,
     /// The superblock is the owner's (`open_owned`): the log writes none and reads none.
@@ -329,6 +336,8 @@ impl PartitionLog {
             token_next: 0,
             last_timestamp: 0,
             tail: VecDeque::new(),
+            deletions: VecDeque::new(),
+            deletions_in_flight: 0,
             cut_pending: None,
             owned: false,
         };
@@ -418,6 +427,7 @@ impl PartitionLog {
             && self.ops.is_empty()
             && self.parked.is_empty()
             && self.cut_pending.is_none()
+            && self.deletions.is_empty()
     }
 
     pub fn poll_event(&mut self) -> Option<PartitionEvent> {
@@ -658,9 +668,11 @@ impl PartitionLog {
         let (due, later) =
             std::mem::take(&mut self.delete_after_superblock).into_iter().partition(|(at, _)| *at <= durable);
         self.delete_after_superblock = later;
-        for (_, start_offset) in due {
-            self.delete_segment_files(io, start_offset);
-        }
+        // The oldest first, one segment at a time: a crash part way leaves the newest of them,
+        // a log that starts later, never one with a hole in it (devices complete requests in
+        // any order).
+        self.deletions.extend(due.into_iter().map(|(_, start_offset)| start_offset));
+        self.delete_next(io);
         if let Some(recovery) = self.recovery.take() {
             recovery.finish(self);
         }
@@ -717,6 +729,10 @@ impl PartitionLog {
                 other => panic!("superblock sync completed as {other:?}"),
             },
             Op::Ordering => self.ordering_ops -= 1,
+            Op::Deletion => {
+                self.deletions_in_flight -= 1;
+                self.delete_next(io);
+            }
             Op::Create => self.creates_in_flight -= 1,
         }
         self.pump(io);
@@ -882,15 +898,30 @@ impl PartitionLog {
         self.superblock_wanted = true;
     }
 
+    /// Removes the files of the oldest segment let go, once the one before it is removed.
+    fn delete_next(&mut self, io: &mut impl Io) {
+        if self.deletions_in_flight > 0 {
+            return;
+        }
+        let Some(start_offset) = self.deletions.pop_front() else { return };
+        self.deletions_in_flight += self.remove_segment_files(io, start_offset, Op::Deletion);
+    }
+
+    /// Removes a cut segment's files at once; later writes wait for the removals.
     pub(super) fn delete_segment_files(&mut self, io: &mut impl Io, start_offset: u64) {
+        self.ordering_ops += self.remove_segment_files(io, start_offset, Op::Ordering);
+    }
+
+    /// Issues the removals of a segment's two files under `op`; returns how many.
+    fn remove_segment_files(&mut self, io: &mut impl Io, start_offset: u64, op: Op) -> usize {
         for kind in [FileKind::Segment(start_offset), FileKind::Index(start_offset)] {
             let file = self.file(kind);
             self.dirty.remove(&file);
-            let token = self.token(Op::Ordering);
+            let token = self.token(op);
             io.remove(file, token);
-            self.ordering_ops += 1;
         }
         self.events.push_back(PartitionEvent::SegmentDeleted { start_offset });
+        2
     }
 
     /// Seals the active segment now, if it holds anything: the next batch starts a new one. An
