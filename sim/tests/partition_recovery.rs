@@ -141,6 +141,43 @@ fn batch_map(harness: &PartitionHarness) -> Vec<(u64, u64, u64, u64)> {
     batches
 }
 
+/// A damaged run kept inside the log is written again in place with the batches a peer holds
+/// there (every replica stores the same stamped bytes): reads serve it again, a crash keeps it
+/// whole, and batches that do not fill the run exactly are refused.
+#[test]
+fn a_damaged_run_is_repaired_in_place_from_a_peers_batches() {
+    use vireo_storage::partition::RepairError;
+    for seed in 0..16 {
+        let mut harness = PartitionHarness::new(LocalWorld::new(seed, no_faults(), false), config());
+        for _ in 0..4 {
+            harness.append(10, 100);
+        }
+        sync_and_settle(&mut harness);
+        let file = FileId::new(NAMESPACE, FileKind::Segment(0));
+        // The second batch, offsets 10..20, bytes 1756..3512 (as in the test above): a peer's copy.
+        let peer_copy = harness.world.disk.durable_bytes(file)[1756..3512].to_vec();
+        harness.world.disk.flip_durable_bit(file, 2500);
+        let report = harness.crash_and_reopen();
+        assert_eq!(report.damaged, vec![(10, 20)], "{report:?}");
+        assert_eq!(harness.log.damaged_runs().len(), 1);
+        let world = &mut harness.world;
+        assert_eq!(harness.log.repair(world, 11, peer_copy.clone()), Err(RepairError::NoDamageAt { offset: 11 }));
+        assert!(matches!(harness.log.repair(world, 10, peer_copy[..1000].to_vec()), Err(RepairError::Mismatch { .. })));
+        let mut forged = peer_copy.clone();
+        forged[600] ^= 1;
+        assert!(matches!(harness.log.repair(world, 10, forged), Err(RepairError::Mismatch { .. })));
+        harness.log.repair(world, 10, peer_copy).unwrap();
+        sync_and_settle(&mut harness);
+        assert!(harness.log.damaged_runs().is_empty());
+        assert_eq!(harness.log.repaired(), 1);
+        harness.lost.clear();
+        assert_eq!(harness.check_all(), 40, "every message is served again");
+        let report = harness.crash_and_reopen();
+        assert!(report.damaged.is_empty() && !report.corrupt, "seed {seed}: the repair is durable: {report:?}");
+        assert_eq!(harness.check_all(), 40);
+    }
+}
+
 #[test]
 fn one_flipped_bit_anywhere_below_the_durable_point_loses_only_the_batch_it_hits() {
     let verified = PartitionConfig { verify_on_open: true, ..config() };

@@ -106,3 +106,66 @@ fn a_fetched_batch_goes_in_only_if_the_directory_names_it() {
     assert_eq!(log.durable_cursor(), machine.next_offset(), "synced and reported durable");
     assert_eq!(log.counters.batches_fetched, 3);
 }
+
+/// Damage that recovery keeps inside the log (below the durable point the group claims) is
+/// written again in place, with a peer's batches that the machine's directory names there: the
+/// log is not dropped, and nothing else in it is touched. A forged answer is refused.
+#[test]
+fn a_damaged_batch_is_repaired_in_place_from_a_peer() {
+    use vireo_io::{FileId, FileKind};
+    use vireo_protocol::replica::LogMark;
+    let namespace = Namespace::partition(1, 1, 0);
+    let mut world = Node { world: LocalWorld::new(4, no_faults(), false), sent: Vec::new() };
+    let mut machine = PartitionMachine::empty();
+    let mut log = SegmentLog::new(namespace, 0, None, CLUSTER, 0, 3);
+    settle(&mut world, &mut log, &mut machine);
+    let held: Vec<Vec<u8>> =
+        (0..3).map(|op| send(&mut machine, op + 1, op as u128 * 10..op as u128 * 10 + 4)).collect();
+    // The log fetches them from a peer (as after a state transfer).
+    settle(&mut world, &mut log, &mut machine);
+    let (to, _) = world.sent.last().copied().expect("a fetch");
+    let Peer::Replica(peer) = to else { panic!("asked of a replica") };
+    log.on_batches(&mut world, &machine, &answer(peer, 0, &held));
+    settle(&mut world, &mut log, &mut machine);
+    assert_eq!(log.durable_cursor(), 12);
+
+    // A bit flips in the second batch, on the platter; the node restarts.
+    let file = FileId::new(namespace, FileKind::Segment(0));
+    world.world.disk.flip_durable_bit(file, held[0].len() as u64 + 100);
+    world.world.crash();
+    let mut log = SegmentLog::new(namespace, 0, None, CLUSTER, 0, 3);
+    let mark = LogMark { cursor: 12, retained_from: 0 };
+    for _ in 0..100 {
+        while let Some(completion) = world.world.step() {
+            log.on_completion(&mut world, completion);
+        }
+        log.follow(&mut world, &mut machine, true, mark);
+    }
+    assert_eq!(log.opened.as_ref().map(|report| report.damaged.clone()), Some(vec![(4, 8)]));
+    let (to, asked) = world.sent.last().copied().expect("the run is asked for");
+    assert_eq!((asked.command, asked.op, asked.commit), (Command::RequestBatches, 4, 8));
+    let Peer::Replica(peer) = to else { panic!("asked of a replica") };
+
+    let mut other = PartitionMachine::empty();
+    send(&mut other, 1, 100..104);
+    let forged = send(&mut other, 2, 100..104);
+    log.on_batches(&mut world, &machine, &answer(peer, 4, &[forged]));
+    assert_eq!((log.counters.runs_repaired, log.counters.fetch_answers_refused), (0, 1));
+    log.tick();
+    log.tick();
+    for _ in 0..100 {
+        while let Some(completion) = world.world.step() {
+            log.on_completion(&mut world, completion);
+        }
+        log.follow(&mut world, &mut machine, true, mark);
+    }
+    let (to, asked) = world.sent.last().copied().expect("asked again");
+    assert_eq!((asked.op, asked.commit), (4, 8));
+    let Peer::Replica(peer) = to else { panic!("asked of a replica") };
+    log.on_batches(&mut world, &machine, &answer(peer, 4, &held[1..2]));
+    settle(&mut world, &mut log, &mut machine);
+    assert_eq!(log.counters.runs_repaired, 1);
+    assert_eq!(log.counters.logs_dropped, 0, "the log is kept");
+    assert!(log.log().expect("open").damaged_runs().is_empty());
+    assert_eq!(log.log().unwrap().end_offset(), 12);
+}

@@ -1,27 +1,38 @@
 //! `SegmentLog`: a partition group's segment log on its node, kept by the shard beside the group's
 //! replica. It is where the group's messages live: the replica's `PartitionMachine` keeps only
-//! their directory, and hands each batch it applies on (`take_applied`) to this log, which holds
-//! it until its files hold it durably. The log follows the machine: the same offsets, the same
-//! segments (it never seals by itself: it seals where the machine's segments end, so every
-//! replica's files end at the same batches), the same retention (a segment goes once the machine's
-//! first offset passes it). Its superblock is the group's (`PartitionLog::open_owned`): the log
-//! writes none of its own; instead the group's checkpoints wait until the log is durable through
-//! their cursor (`durable_cursor`, reported to the replica by the shard), so the WAL overwrites no
-//! prepare whose batch is not durable here.
+//! their directory.
 //!
-//! A log that lacks batches its machine holds (the group took a checkpoint from a peer, or a
-//! crash or damage cut the files) fetches them from a peer's log: `RequestBatches` for the range
-//! from its end, answered with whole batches (`Batches`, at most `FETCH_BYTES_MAX`), each checked
-//! against the machine's directory (offsets, size, checksum) before it is appended. Damage a read
-//! finds twice in a row at the same place (a damaged batch, an unreadable sector) drops the whole
-//! log on a cluster: its files are removed and it is fetched again from a peer's (repairing the
-//! damaged batch in place is not built yet). A single node keeps what it has.
+//! **Written as prepares arrive** (`speculate`): a prepare's stamped batches go to their final
+//! place in the active segment as soon as the journal holds the prepare, before it commits, and
+//! the replica acknowledges a prepare only once the log holds its batches (`ack_cursor`: synced,
+//! or written when the topic does not enforce fsync). The log seals where the machine will (once
+//! a batch leaves its segment holding the topic's `segment_size`). A tail the group's log no
+//! longer holds (a view change replaced those prepares, or a crash took them from the WAL) is cut.
+//!
+//! **Checked as they commit** (`follow`): past `verified_to`, every batch the log holds is compared
+//! with the machine's directory (offsets, length, `batch_checksum`, where segments start) as the
+//! machine applies it; a batch that differs is cut and the applied one appended. Applied batches
+//! the log lacks are appended from what was applied (`pending`), or fetched from a peer's log.
+//! Retention follows the machine's first offset, but no further than the group's durable
+//! checkpoint still needs. Its superblock is the group's (`PartitionLog::open_owned`): the log
+//! writes none; the group's checkpoints wait until the log is durable and checked through their
+//! cursor (`durable_cursor`), and the log opens claiming the durable checkpoint's cursor, so that
+//! damage below it is told from a torn tail.
+//!
+//! **Fetched and repaired from peers**: a log that lacks batches its machine holds (a checkpoint
+//! from a peer, a crash or damage that cut the files) asks a peer's log for the range from its
+//! end (`RequestBatches`, answered with whole batches, at most `FETCH_BYTES_MAX`, each checked
+//! against the directory before it goes in). A damaged run that recovery kept inside the log is
+//! written again in place with a peer's batches (`repair_next`). Damage that cannot be repaired
+//! so (a run past what the machine applied, larger than one answer, or not exactly its batches),
+//! or that a read finds twice in a row, drops the whole log on a cluster: it is fetched again. A
+//! single node keeps every batch but the damaged one.
 //!
 //! Bounds: the batches waiting here are bounded by the group's WAL (its checkpoints wait for this
 //! log, and the WAL holds at most `journal_slots` ops past the durable one); appends stop at the
 //! log's own bound (`unwritten_bytes_max`, refused as `Busy`) and go on at the next step; one
-//! fetch in flight, `FETCHES_SERVED_MAX` peers' fetches served at once (more are dropped: the
-//! peer asks again).
+//! fetch and one repair in flight, `FETCHES_SERVED_MAX` peers' fetches served at once (more are
+//! dropped: the peer asks again), the batches it checks by the log's `tail_batches_max`.
 
 use std::collections::{BTreeMap, VecDeque};
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer};
@@ -47,6 +58,8 @@ pub const LOG_OWNER: u16 = 0;
 pub const FETCH_BYTES_MAX: u64 = 1 << 20;
 /// Ticks a fetch waits for its answer before it asks the next peer.
 pub const FETCH_TICKS_MAX: u64 = 20;
+/// Refused answers in a row for one damaged run before the log is dropped and fetched whole.
+pub const REPAIRS_REFUSED_MAX: u32 = 8;
 /// Peers' fetches one log serves at once.
 pub const FETCHES_SERVED_MAX: usize = 4;
 /// Read ids of served fetches carry this bit (the node's poll reads never do).
@@ -93,6 +106,8 @@ pub struct SegmentLogCounters {
     /// Tails that could not be checked (deeper than the batches the log remembers), dropped with
     /// the log on a cluster.
     pub unverifiable: u64,
+    /// Damaged runs written again in place with a peer's batches.
+    pub runs_repaired: u64,
 }
 
 /// The group's prepares as its segment log reads them: the replica's journal past its commit
@@ -155,6 +170,10 @@ pub struct SegmentLog {
     speculated: Option<(u64, u128, u64, bool)>,
     /// The log is cut from here once its I/O is idle: what it holds there is not the group's.
     cut_wanted: Option<u64>,
+    /// A damaged run (found at open) asked of a peer, to be written again in place, and the
+    /// answers refused in a row (past `REPAIRS_REFUSED_MAX` the log is fetched again whole).
+    repair_fetch: Option<Fetch>,
+    repairs_refused: u32,
     fetch: Option<Fetch>,
     /// The peer the next fetch asks.
     fetch_peer: u8,
@@ -216,6 +235,8 @@ impl SegmentLog {
             claimed: 0,
             speculated: None,
             cut_wanted: None,
+            repair_fetch: None,
+            repairs_refused: 0,
             fetch: None,
             fetch_peer: (replica + 1) % replica_count,
             fetch_not_before: 0,
@@ -329,6 +350,10 @@ impl SegmentLog {
             self.fetch = None;
             self.next_peer();
         }
+        if self.repair_fetch.is_some_and(|fetch| fetch.since_tick + FETCH_TICKS_MAX <= self.tick) {
+            self.repair_fetch = None;
+            self.next_peer();
+        }
     }
 
     fn next_peer(&mut self) {
@@ -350,9 +375,9 @@ impl SegmentLog {
                     self.verified_to = report.end_offset.min(self.claimed).max(report.first_offset);
                     self.speculated = None;
                     self.cut_wanted = None;
-                    // Damage kept inside the log (below the frontier) is repaired on a cluster by
-                    // fetching the log again; a single node keeps every batch but the damaged.
-                    self.damaged |= !report.damaged.is_empty() && self.replica_count > 1;
+                    // Damage kept inside the log (below the frontier) is written again in place
+                    // with a peer's batches on a cluster (`repair_next`); a single node keeps
+                    // every batch but the damaged.
                     self.opened = Some(report);
                 }
                 PartitionEvent::SegmentDeleted { .. } => self.counters.segments_deleted += 1,
@@ -433,6 +458,10 @@ impl SegmentLog {
     /// A peer's answer to our fetch: the batches that continue the log where it ends and match
     /// the machine's directory are appended (and synced), the rest refused.
     pub fn on_batches(&mut self, io: &mut impl Io, machine: &PartitionMachine, answer: &Message) {
+        if self.repair_fetch.is_some_and(|fetch| fetch.peer == answer.header.replica && fetch.from == answer.header.op)
+        {
+            return self.on_repair_batches(io, machine, answer);
+        }
         let Some(fetch) = self.fetch.filter(|fetch| fetch.peer == answer.header.replica) else { return };
         self.fetch = None;
         let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open && !self.damaged) else { return };
@@ -528,6 +557,8 @@ impl SegmentLog {
                 self.damaged = false;
                 self.suspect = None;
                 self.serving.clear();
+                self.repair_fetch = None;
+                self.repairs_refused = 0;
                 self.claimed = checkpoint.cursor;
                 let claim =
                     OwnerClaim { frontier: checkpoint.cursor, retained_from: first.min(checkpoint.retained_from) };
@@ -634,6 +665,10 @@ impl SegmentLog {
                 }
             }
         }
+        self.repair_next(io, machine);
+        if self.damaged {
+            return;
+        }
         let log = self.log.as_mut().expect("open");
         let mut appended = false;
         if self.verified_to == log.end_offset() {
@@ -687,6 +722,77 @@ impl SegmentLog {
             io.send(Peer::Replica(self.fetch_peer), Message::new(request, Vec::new()).encode());
             self.fetch = Some(Fetch { from: end, peer: self.fetch_peer, since_tick: self.tick });
             self.counters.fetches_sent += 1;
+        }
+        self.drain_events(io);
+    }
+
+    /// Asks a peer for the oldest damaged run the machine still holds, to write it again in place
+    /// (one at a time). A run too large for one answer, or past what the machine has applied,
+    /// costs the whole log instead: it is dropped and fetched again.
+    fn repair_next(&mut self, io: &mut impl Io, machine: &PartitionMachine) {
+        if self.replica_count == 1 || self.repair_fetch.is_some() || self.tick < self.fetch_not_before {
+            return;
+        }
+        let Some(log) = self.log.as_ref().filter(|log| log.status() == Status::Open) else { return };
+        let Some(run) = log.damaged_runs().into_iter().find(|run| run.to_offset > machine.first_offset()) else {
+            return;
+        };
+        // The run must be exactly batches of the machine's, inside one of its segments (a run
+        // that took a lost segment's offsets with it, or bytes that hold no offsets, is not).
+        let mut at = run.from_offset;
+        let mut len = 0u64;
+        while at < run.to_offset {
+            let Some(entry) = machine.batch_at(at).filter(|_| at == run.from_offset || !machine.starts_segment(at))
+            else {
+                break;
+            };
+            len += entry.len as u64;
+            at = entry.end_offset();
+        }
+        let fits = run.from_offset < run.to_offset && at == run.to_offset && len == run.len;
+        if !fits || run.len > FETCH_BYTES_MAX || self.repairs_refused >= REPAIRS_REFUSED_MAX {
+            self.damaged = true;
+            return;
+        }
+        let mut request = self.header(Command::RequestBatches);
+        request.op = run.from_offset;
+        request.commit = run.to_offset;
+        io.send(Peer::Replica(self.fetch_peer), Message::new(request, Vec::new()).encode());
+        self.repair_fetch = Some(Fetch { from: run.from_offset, peer: self.fetch_peer, since_tick: self.tick });
+        self.counters.fetches_sent += 1;
+    }
+
+    /// A peer's answer for a damaged run: written in place if its batches are the ones the
+    /// machine's directory names there and fill the run exactly; else the next peer is asked.
+    fn on_repair_batches(&mut self, io: &mut impl Io, machine: &PartitionMachine, answer: &Message) {
+        let fetch = self.repair_fetch.take().expect("checked");
+        let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open && !self.damaged) else { return };
+        let Some(run) = log.damaged_runs().into_iter().find(|run| run.from_offset == fetch.from) else { return };
+        let mut rest = answer.body.as_slice();
+        let mut at = run.from_offset;
+        let mut len = 0usize;
+        while at < run.to_offset {
+            let Ok(header) = BatchHeader::decode(rest) else { break };
+            let Some(stored) = rest.get(..header.batch_length as usize) else { break };
+            if header.base_offset != at
+                || !machine.batch_at(at).is_some_and(|entry| entry.matches(&header))
+                || batch::validate(stored).is_err()
+            {
+                break;
+            }
+            at = header.end_offset();
+            len += stored.len();
+            rest = &rest[stored.len()..];
+        }
+        let repaired = at == run.to_offset && log.repair(io, run.from_offset, answer.body[..len].to_vec()).is_ok();
+        if repaired {
+            self.counters.runs_repaired += 1;
+            self.repairs_refused = 0;
+        } else {
+            self.repairs_refused += 1;
+            self.counters.fetch_answers_refused += 1;
+            self.fetch_not_before = self.tick + 1;
+            self.next_peer();
         }
         self.drain_events(io);
     }

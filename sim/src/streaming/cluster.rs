@@ -165,6 +165,8 @@ pub struct StreamingCounters {
     /// (prepares a view change or a crash replaced, sends the client table skipped).
     pub batches_speculated: u64,
     pub tail_cuts: u64,
+    /// Damaged runs segment logs wrote again in place with a peer's batches.
+    pub runs_repaired: u64,
     /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
     pub segment_logs_dropped: u64,
     /// Replicated poll replies not sent because their batches could not be read in time.
@@ -1459,6 +1461,7 @@ impl StreamingCluster {
                 self.counters.batches_fetched += segments.counters.batches_fetched;
                 self.counters.batches_speculated += segments.counters.batches_speculated;
                 self.counters.tail_cuts += segments.counters.cuts;
+                self.counters.runs_repaired += segments.counters.runs_repaired;
                 self.counters.segment_logs_dropped += segments.counters.logs_dropped;
             }
         }

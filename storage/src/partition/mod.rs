@@ -20,6 +20,7 @@
 
 mod read;
 mod recovery;
+mod repair;
 pub mod segment;
 mod truncate;
 
@@ -32,6 +33,8 @@ use crate::superblock::{Superblock, VsrState};
 pub use read::{PollingStrategy, ReadBatches, ReadError, ReadRequest, ReadStart};
 pub use recovery::RecoveryReport;
 // (`OwnerClaim` is defined below, beside `open_owned`.)
+pub use repair::RepairError;
+pub use segment::Damage;
 use segment::{IndexEntry, Segment};
 pub use truncate::{TailBatch, TruncateError};
 
@@ -225,6 +228,10 @@ enum Op {
     /// A removal of a segment's files that retention or a purge let go: one segment at a time,
     /// the oldest first.
     Deletion,
+    /// The rewrite of the damaged run that starts at this offset (`repair`).
+    Repair {
+        from_offset: u64,
+    },
     /// Creating an empty file: nothing waits on it.
     Create,
     Recovery,
@@ -281,6 +288,11 @@ pub struct PartitionLog {
     /// the one being removed still in flight.
     deletions: VecDeque<u64>,
     deletions_in_flight: usize,
+    /// Rewrites of damaged runs in flight, and runs repaired since the log was opened.
+    repairing: Vec<repair::RepairWrite>,
+    repaired: u64,
+    /// A repair's bytes are written and not yet synced: the next sync is issued for them.
+    repairs_unsynced: bool,
     /// A cut whose file operations wait for its superblock; no write starts meanwhile.
     cut_pending: Option<truncate::PendingCut>,
     /// The superblock is the owner's (`open_owned`): the log writes none and reads none.
@@ -338,6 +350,9 @@ impl PartitionLog {
             tail: VecDeque::new(),
             deletions: VecDeque::new(),
             deletions_in_flight: 0,
+            repairing: Vec::new(),
+            repaired: 0,
+            repairs_unsynced: false,
             cut_pending: None,
             owned: false,
         };
@@ -401,6 +416,11 @@ impl PartitionLog {
     /// (start offset, end offset, size, sealed) of each segment, oldest first.
     pub fn segments(&self) -> impl Iterator<Item = (u64, u64, u64, bool)> + '_ {
         self.segments.iter().map(|segment| (segment.start_offset, segment.end_offset, segment.size, segment.sealed))
+    }
+
+    /// Damaged runs rewritten whole since the log was opened (`repair`).
+    pub fn repaired(&self) -> u64 {
+        self.repaired
     }
 
     /// Whether a segment starts at `offset` (an empty active one after a seal counts).
@@ -571,7 +591,8 @@ impl PartitionLog {
             self.write_unit(io, unit);
         }
         let sync_due = self.sync_target > self.synced_offset && self.written_offset > self.synced_offset;
-        if self.syncing.is_none() && (sync_due || !self.frontier_pending.is_empty()) && !self.dirty.is_empty() {
+        let wanted = sync_due || !self.frontier_pending.is_empty() || self.repairs_unsynced;
+        if self.syncing.is_none() && wanted && !self.dirty.is_empty() {
             self.issue_sync(io);
         }
         if self.superblock_wanted && self.superblock_writing.is_none() {
@@ -622,6 +643,7 @@ impl PartitionLog {
     fn issue_sync(&mut self, io: &mut impl Io) {
         let files = std::mem::take(&mut self.dirty);
         self.frontier_pending.clear();
+        self.repairs_unsynced = false;
         self.syncing = Some(Syncing { covers: self.written_offset, outstanding: files.len(), error: None });
         for file in files {
             let token = self.token(Op::Sync);
@@ -732,6 +754,13 @@ impl PartitionLog {
             Op::Deletion => {
                 self.deletions_in_flight -= 1;
                 self.delete_next(io);
+            }
+            Op::Repair { from_offset } => {
+                let result = match completion {
+                    Completion::Write { result, .. } => result,
+                    other => panic!("repair write completed as {other:?}"),
+                };
+                self.on_repair_written(from_offset, result);
             }
             Op::Create => self.creates_in_flight -= 1,
         }

@@ -98,6 +98,7 @@ impl PartitionLog {
             || self.ordering_ops > 0
             || self.creates_in_flight > 0
             || self.cut_pending.is_some()
+            || !self.repairing.is_empty()
         {
             return Err(TruncateError::Busy);
         }
