@@ -928,7 +928,7 @@ impl Node {
         };
         if plan.count > 0 {
             // What the log here holds of the range: a lagging log answers a prefix.
-            let held_end = self.shard.segment_log(group).and_then(|log| log.log()).map_or(0, |log| log.end_offset());
+            let held_end = self.shard.segment_log(group).map_or(0, |segments| segments.readable_to());
             let held = held_end.saturating_sub(plan.start).min(plan.count as u64) as u32;
             if held < plan.count {
                 self.counters.polls_cut += 1;
@@ -955,8 +955,9 @@ impl Node {
             return None;
         }
         let end = plan.start + plan.count as u64;
-        let log = self.shard.segment_log(group)?.log()?;
-        if log.first_offset() > plan.start || log.end_offset() < end {
+        let segments = self.shard.segment_log(group)?;
+        let log = segments.log()?;
+        if log.first_offset() > plan.start || segments.readable_to() < end {
             return None;
         }
         let id = self.read_next;

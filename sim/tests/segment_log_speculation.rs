@@ -12,6 +12,7 @@ use vireo_protocol::header::{Command, Header, Message};
 use vireo_protocol::StateMachine;
 use vireo_sim::local::{no_faults, LocalWorld};
 use vireo_storage::batch::BatchBuilder;
+use vireo_storage::partition::{ReadError, ReadRequest, ReadStart};
 
 const CLUSTER: u128 = 7;
 
@@ -161,6 +162,10 @@ fn prepared_batches_go_in_before_they_commit_and_a_replaced_tail_is_cut() {
     assert_eq!(log.log().unwrap().end_offset(), 12);
     assert_eq!(log.counters.batches_speculated, 3);
     assert_eq!(log.durable_cursor(), 0, "nothing committed");
+    // Nothing is served from a tail that has not committed.
+    assert_eq!(log.readable_to(), 0);
+    let read = ReadRequest { id: 1, start: ReadStart::Offset(0), count: 4, bytes_max: 1 << 20 };
+    assert_eq!(log.read(&mut node, read), Err(ReadError::Busy));
 
     // A view change keeps op 1 and replaces ops 2 and 3 with one other send.
     journal.truncate(2);
@@ -181,6 +186,7 @@ fn prepared_batches_go_in_before_they_commit_and_a_replaced_tail_is_cut() {
     settle(&mut node, &mut log, &mut journal);
     assert_eq!(held(&log, 0), directory(&journal.machine, 0), "the log holds what committed");
     assert_eq!(log.durable_cursor(), 9);
+    assert_eq!(log.readable_to(), 9, "what committed is served; op 3's batch is not, yet");
     // Every batch went in once, from its prepare; the commit only checked it.
     assert_eq!((log.counters.batches_appended, log.counters.batches_speculated), (5, 5));
 }

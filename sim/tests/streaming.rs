@@ -70,7 +70,7 @@ fn state_transfer_takes_chunked_checkpoints_and_fetches_the_batches() {
         };
         let (transfers, chunks, fetched) =
             (figure("state_transfers"), figure("checkpoint_chunks"), figure("batches_fetched"));
-        (transfers >= 2 && chunks > transfers && fetched >= 10).then_some((seed, transfers, chunks, fetched))
+        (transfers >= 2 && chunks > transfers && fetched >= 1).then_some((seed, transfers, chunks, fetched))
     });
     let (seed, transfers, chunks, fetched) = found.expect("a seed that transfers state in chunks and fetches");
     println!("seed {seed}: {transfers} state transfers in {chunks} chunks, {fetched} batches fetched");

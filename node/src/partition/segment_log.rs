@@ -58,6 +58,9 @@ pub const LOG_OWNER: u16 = 0;
 pub const FETCH_BYTES_MAX: u64 = 1 << 20;
 /// Ticks a fetch waits for its answer before it asks the next peer.
 pub const FETCH_TICKS_MAX: u64 = 20;
+/// Batches a log remembers (offsets, length, checksum) to check what commits against: 1024 WAL
+/// slots past the checkpoint times 32 sends a prepare (48 bytes each, about 1.5 MiB at most).
+pub const TAIL_BATCHES_MAX: usize = 1 << 15;
 /// Refused answers in a row for one damaged run before the log is dropped and fetched whole.
 pub const REPAIRS_REFUSED_MAX: u32 = 8;
 /// Peers' fetches one log serves at once.
@@ -170,6 +173,10 @@ pub struct SegmentLog {
     speculated: Option<(u64, u128, u64, bool)>,
     /// The log is cut from here once its I/O is idle: what it holds there is not the group's.
     cut_wanted: Option<u64>,
+    /// Cuts made (of any kind) since the log was created, and the count each poll read in flight
+    /// started at (a read that a cut overtook is failed: `served`).
+    cuts_made: u64,
+    reads_issued: BTreeMap<u64, u64>,
     /// A damaged run (found at open) asked of a peer, to be written again in place, and the
     /// answers refused in a row (past `REPAIRS_REFUSED_MAX` the log is fetched again whole).
     repair_fetch: Option<Fetch>,
@@ -220,6 +227,9 @@ impl SegmentLog {
             partition_id,
             // The machine says where segments end (`follow`).
             segment_size: u64::MAX,
+            // Everything past the durable checkpoint is checked against what commits: the WAL
+            // holds at most `journal_slots` ops past it, each up to `batch_requests_max` sends.
+            tail_batches_max: TAIL_BATCHES_MAX,
             ..PartitionConfig::default()
         };
         SegmentLog {
@@ -235,6 +245,8 @@ impl SegmentLog {
             claimed: 0,
             speculated: None,
             cut_wanted: None,
+            cuts_made: 0,
+            reads_issued: BTreeMap::new(),
             repair_fetch: None,
             repairs_refused: 0,
             fetch: None,
@@ -304,6 +316,15 @@ impl SegmentLog {
         stored.min(held)
     }
 
+    /// Below this the log serves reads: what it holds checked against the machine (0 while it
+    /// is not open, or a cut waits).
+    pub fn readable_to(&self) -> u64 {
+        match self.log() {
+            Some(_) if !self.damaged && self.cut_wanted.is_none() => self.verified_to,
+            _ => 0,
+        }
+    }
+
     /// Starts a read of the open log; its result comes back through `take_read`.
     pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
         debug_assert_eq!(request.id & FETCH_READ, 0);
@@ -312,9 +333,41 @@ impl SegmentLog {
             return Err(ReadError::NotOpen);
         }
         let log = self.log.as_mut().filter(|log| log.status() == Status::Open).ok_or(ReadError::NotOpen)?;
+        let start = match request.start {
+            ReadStart::Offset(offset) => offset,
+            _ => 0,
+        };
+        if start >= self.verified_to || self.cut_wanted.is_some() {
+            // Only what is checked against the machine is served: past it the log may hold a
+            // tail the group replaced.
+            return Err(ReadError::Busy);
+        }
         log.read(io, request)?;
+        self.reads_issued.insert(request.id, self.cuts_made);
         self.drain_events(io);
         Ok(())
+    }
+
+    /// A finished poll read as the log may serve it: failed if a cut came since it started (its
+    /// bytes past the cut may be the old tail's), else trimmed to the checked part.
+    fn served(&mut self, id: u64, result: Result<ReadBatches, ReadError>) -> Result<ReadBatches, ReadError> {
+        let issued_at = self.reads_issued.remove(&id);
+        let mut read = result?;
+        if issued_at != Some(self.cuts_made) {
+            return Err(ReadError::Busy);
+        }
+        let mut at = 0usize;
+        let mut count = 0u32;
+        while let Ok(header) = BatchHeader::decode(&read.bytes[at..]) {
+            if header.end_offset() > self.verified_to || at + header.batch_length as usize > read.bytes.len() {
+                break;
+            }
+            at += header.batch_length as usize;
+            count += 1;
+        }
+        read.bytes.truncate(at);
+        read.batch_count = count;
+        Ok(read)
     }
 
     /// A finished read, if any.
@@ -405,12 +458,18 @@ impl SegmentLog {
                             io.send(Peer::Replica(peer), Message::new(header, bytes).encode());
                             self.counters.fetches_served += 1;
                         }
-                        None => self.reads_done.push_back((id, result)),
+                        None => {
+                            let served = self.served(id, result);
+                            self.reads_done.push_back((id, served));
+                        }
                     }
                 }
                 // A rejected write (a full disk) takes the batches from its offset: the log is
                 // cut there and the pending copies are appended again.
-                PartitionEvent::Rejected { .. } => self.speculated = None,
+                PartitionEvent::Rejected { .. } => {
+                    self.speculated = None;
+                    self.cuts_made += 1;
+                }
                 PartitionEvent::Durable { .. } => {}
             }
         }
@@ -509,6 +568,8 @@ impl SegmentLog {
                 self.counters.skips_ahead += 1;
                 self.verified_to = log.end_offset();
                 self.speculated = None;
+                self.cut_wanted = None;
+                self.cuts_made += 1;
             }
         } else if appended == 0 {
             // The peer holds none of it (or sent something else): ask the next.
@@ -571,6 +632,7 @@ impl SegmentLog {
                 // Opened again from its files once no completion of this one can arrive.
                 if self.log.as_ref().is_some_and(|log| log.ops_in_flight() == 0) {
                     self.log = None;
+                    self.reads_issued.clear();
                 }
                 return;
             }
@@ -587,6 +649,7 @@ impl SegmentLog {
                     self.remove_next(io);
                     self.log = None;
                     self.fetch = None;
+                    self.reads_issued.clear();
                     self.counters.logs_dropped += 1;
                 }
                 return;
@@ -623,6 +686,7 @@ impl SegmentLog {
                 self.counters.skips_ahead += u64::from(first > end);
                 self.speculated = None;
                 self.cut_wanted = None;
+                self.cuts_made += 1;
                 self.verified_to = log.end_offset();
             }
             self.drain_events(io);
@@ -737,6 +801,9 @@ impl SegmentLog {
         let Some(run) = log.damaged_runs().into_iter().find(|run| run.to_offset > machine.first_offset()) else {
             return;
         };
+        if log.repair_in_flight(run.from_offset) {
+            return;
+        }
         // The run must be exactly batches of the machine's, inside one of its segments (a run
         // that took a lost segment's offsets with it, or bytes that hold no offsets, is not).
         let mut at = run.from_offset;
@@ -812,6 +879,7 @@ impl SegmentLog {
                 self.speculated = None;
                 self.verified_to = self.verified_to.min(from);
                 self.counters.cuts += 1;
+                self.cuts_made += 1;
                 self.drain_events(io);
                 true
             }
@@ -827,9 +895,9 @@ impl SegmentLog {
                     self.damaged = true;
                     return false;
                 }
-                // A single node has no other copy: it keeps what it has.
-                self.verified_to = log.end_offset();
-                true
+                // A single node has no other copy: it keeps what it has, unchecked, and serves
+                // and acknowledges none of it (the group waits: counted, `unverifiable`).
+                false
             }
         }
     }

@@ -288,6 +288,7 @@ pub struct PartitionLog {
     /// the one being removed still in flight.
     deletions: VecDeque<u64>,
     deletions_in_flight: usize,
+    deleting: Option<u64>,
     /// Rewrites of damaged runs in flight, and runs repaired since the log was opened.
     repairing: Vec<repair::RepairWrite>,
     repaired: u64,
@@ -350,6 +351,7 @@ impl PartitionLog {
             tail: VecDeque::new(),
             deletions: VecDeque::new(),
             deletions_in_flight: 0,
+            deleting: None,
             repairing: Vec::new(),
             repaired: 0,
             repairs_unsynced: false,
@@ -587,6 +589,12 @@ impl PartitionLog {
             && self.cut_pending.is_none()
             && self.writing.len() < self.config.writes_max
         {
+            // A segment whose files a deletion still has to remove (a purge let it go, and the
+            // log starts it again) is written only once they are gone.
+            let deleting = |start: u64| self.deleting == Some(start) || self.deletions.contains(&start);
+            if self.queued.front().is_some_and(|unit| deleting(unit.segment_start)) {
+                break;
+            }
             let Some(unit) = self.queued.pop_front() else { break };
             self.write_unit(io, unit);
         }
@@ -753,6 +761,9 @@ impl PartitionLog {
             Op::Ordering => self.ordering_ops -= 1,
             Op::Deletion => {
                 self.deletions_in_flight -= 1;
+                if self.deletions_in_flight == 0 {
+                    self.deleting = None;
+                }
                 self.delete_next(io);
             }
             Op::Repair { from_offset } => {
@@ -933,6 +944,7 @@ impl PartitionLog {
             return;
         }
         let Some(start_offset) = self.deletions.pop_front() else { return };
+        self.deleting = Some(start_offset);
         self.deletions_in_flight += self.remove_segment_files(io, start_offset, Op::Deletion);
     }
 

@@ -37,6 +37,11 @@ impl PartitionLog {
         self.segments.iter().flat_map(|segment| segment.damaged.iter().copied()).collect()
     }
 
+    /// Whether the rewrite of the damaged run at `from_offset` is in flight.
+    pub fn repair_in_flight(&self, from_offset: u64) -> bool {
+        self.repairing.iter().any(|write| write.from_offset == from_offset)
+    }
+
     /// Writes `batches` (whole stamped batches, back to back) over the damaged run that starts
     /// at `from_offset`: they must start there, continue each other, end where the run ends and
     /// take exactly its bytes. The run stays damaged until the write completes.
