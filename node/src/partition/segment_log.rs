@@ -567,9 +567,7 @@ impl SegmentLog {
                 self.skipped_to = Some(peer_first);
                 self.counters.skips_ahead += 1;
                 self.verified_to = log.end_offset();
-                self.speculated = None;
-                self.cut_wanted = None;
-                self.cuts_made += 1;
+                self.forget_tail();
             }
         } else if appended == 0 {
             // The peer holds none of it (or sent something else): ask the next.
@@ -684,10 +682,8 @@ impl SegmentLog {
             // and starts past the machine (a crash took its unsynced first segment).
             if log.purge_to(io, first) {
                 self.counters.skips_ahead += u64::from(first > end);
-                self.speculated = None;
-                self.cut_wanted = None;
-                self.cuts_made += 1;
                 self.verified_to = log.end_offset();
+                self.forget_tail();
             }
             self.drain_events(io);
             return;
@@ -864,6 +860,14 @@ impl SegmentLog {
         self.drain_events(io);
     }
 
+    /// The log's tail was cut or purged: what was speculated or waited to be cut is gone, and
+    /// reads in flight may hold the old bytes (`served` fails them).
+    fn forget_tail(&mut self) {
+        self.speculated = None;
+        self.cut_wanted = None;
+        self.cuts_made += 1;
+    }
+
     /// Makes the cut decided (`cut_wanted`) once the log's I/O is idle; false while it waits (or
     /// the log is dropped instead, when the cut goes deeper than the log remembers).
     fn cut(&mut self, io: &mut impl Io) -> bool {
@@ -875,11 +879,9 @@ impl SegmentLog {
         }
         match log.truncate(io, from) {
             Ok(()) => {
-                self.cut_wanted = None;
-                self.speculated = None;
                 self.verified_to = self.verified_to.min(from);
                 self.counters.cuts += 1;
-                self.cuts_made += 1;
+                self.forget_tail();
                 self.drain_events(io);
                 true
             }
