@@ -94,7 +94,11 @@ impl Group<PartitionMachine> {
     /// Brings the group's segment log to its machine, once the replica is open and the files are
     /// its own (a superseded replica's are a newer incarnation's).
     fn follow(&mut self, io: &mut impl Io) {
-        if self.replica.status() == Status::Opening || self.replica.superseded() {
+        if self.replica.superseded() {
+            return;
+        }
+        if self.replica.status() == Status::Opening {
+            self.fill(io);
             return;
         }
         let segments = self.segments.as_mut().expect("a partition group has a segment log");
@@ -119,6 +123,24 @@ impl Group<PartitionMachine> {
             self.reported = (durable, ackable);
             self.replica.external_log_durable(&mut group_io, durable, ackable);
         }
+    }
+
+    /// While the replica opens: the batches its WAL's elided prepares left out are read back from
+    /// the segment log (opened for it, from the restored checkpoint), and the replica finishes
+    /// opening with them.
+    fn fill(&mut self, io: &mut impl Io) {
+        let Some(range) = self.replica.fills_wanted() else { return };
+        let segments = self.segments.as_mut().expect("a partition group has a segment log");
+        let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
+        let durable = self.replica.superblock_durable();
+        let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };
+        let Some(batches) = segments.fill(&mut group_io, self.replica.state_machine(), checkpoint, range) else {
+            return;
+        };
+        let held = |offset: u64, len: u32| batches.get(&offset).filter(|batch| batch.len() == len as usize).cloned();
+        let (filled, unfilled) = self.replica.fill(&mut group_io, held);
+        segments.counters.prepares_filled += filled;
+        segments.counters.prepares_unfilled += unfilled;
     }
 
     /// A segment-log frame from a peer's log: a fetch to serve, or the answer to ours.

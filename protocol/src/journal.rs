@@ -6,6 +6,7 @@
 //! body must be repaired from a peer before the op can be committed. `durable` is set only once the
 //! prepare *and* its redundant header are synced: only then may the replica acknowledge it.
 
+use crate::elided::ElidedBody;
 use crate::header::{Command, Header, Message};
 use vireo_storage::layout::{WalLayout, HEADER_SIZE};
 
@@ -113,6 +114,25 @@ pub enum RecoveredSlot {
     /// Only the redundant header survived: the prepare was durable once and is damaged now. Its
     /// body must come from a peer; it may have been acknowledged, so it is never forgotten.
     HeaderOnly(Header),
+    /// The prepare is whole but its external spans were left out (`elided`): its body is put
+    /// back together from the external log (`Elided::settle`).
+    Elided { header: Header, elided: ElidedBody, redundant: bool },
+}
+
+impl RecoveredSlot {
+    /// An elided slot once the external log was asked for its spans (`held`): the prepare if the
+    /// body comes back exactly (its `checksum_body`); else, the header if its redundant copy says
+    /// the prepare was durable (its batches were, too: the header is written only once the
+    /// external log holds them, so the log lost them to damage, and a peer has them), else
+    /// nothing (never acknowledged).
+    pub fn settle(self, held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> RecoveredSlot {
+        let RecoveredSlot::Elided { header, elided, redundant } = self else { return self };
+        match elided.restore(held).filter(|body| header.valid_checksum_body(body)) {
+            Some(body) => RecoveredSlot::Prepare { header, body, redundant },
+            None if redundant => RecoveredSlot::HeaderOnly(header),
+            None => RecoveredSlot::Empty,
+        }
+    }
 }
 
 fn valid_prepare_header(header: Header, layout: &WalLayout, slot: u64) -> bool {
@@ -151,9 +171,15 @@ pub fn recover_slot(
         if header.cluster != cluster || !valid_prepare_header(header, layout, slot) {
             return None;
         }
-        let body = bytes.get(HEADER_SIZE..header.size as usize)?;
-        header.valid_checksum_body(body).then(|| (header, body.to_vec()))
+        match bytes.get(HEADER_SIZE..header.size as usize) {
+            Some(body) if header.valid_checksum_body(body) => Some((header, Stored::Whole(body.to_vec()))),
+            _ => ElidedBody::decode(&bytes[HEADER_SIZE..]).map(|elided| (header, Stored::Elided(elided))),
+        }
     });
+    let found = |header: Header, stored: Stored, redundant: bool| match stored {
+        Stored::Whole(body) => RecoveredSlot::Prepare { header, body, redundant },
+        Stored::Elided(elided) => RecoveredSlot::Elided { header, elided, redundant },
+    };
     match (prepare, redundant) {
         (Some((header, body)), Some(redundant)) => {
             // Newer means a higher op, or for the same op a later view, or a later start_view of
@@ -164,18 +190,31 @@ pub fn recover_slot(
                 RecoveredSlot::HeaderOnly(redundant)
             } else {
                 let redundant = redundant.checksum == header.checksum;
-                RecoveredSlot::Prepare { header, body, redundant }
+                found(header, body, redundant)
             }
         }
-        (Some((header, body)), None) => RecoveredSlot::Prepare { header, body, redundant: false },
+        (Some((header, body)), None) => found(header, body, false),
         (None, Some(redundant)) => RecoveredSlot::HeaderOnly(redundant),
         (None, None) => RecoveredSlot::Empty,
     }
 }
 
+/// What a slot's prepares zone holds after the header.
+enum Stored {
+    Whole(Vec<u8>),
+    Elided(ElidedBody),
+}
+
 /// The bytes of a prepare as its WAL slot holds them.
 pub fn prepare_bytes(header: &Header, body: &[u8]) -> Vec<u8> {
     Message { header: *header, body: body.to_vec() }.encode()
+}
+
+/// The bytes of a prepare whose external spans are left out, as its WAL slot holds them.
+pub fn elided_prepare_bytes(header: &Header, elided: &ElidedBody) -> Vec<u8> {
+    let mut bytes = header.encode().to_vec();
+    bytes.extend_from_slice(&elided.encode());
+    bytes
 }
 
 #[cfg(test)]
@@ -197,6 +236,46 @@ mod tests {
     }
 
     const CLUSTER: u128 = 1;
+
+    #[test]
+    fn an_elided_prepare_comes_back_from_its_log_or_as_its_header() {
+        use crate::elided::ExternalSpan;
+        let layout = WalLayout::new(8, 1024);
+        let body: Vec<u8> = (0..200u8).collect();
+        let (h5, b5) = prepare(5, &body, 0);
+        let span = ExternalSpan { at: 40, len: 100, offset: 7 };
+        let elided = ElidedBody::of(&b5, &[span]);
+        let mut slot = elided_prepare_bytes(&h5, &elided);
+        assert!(slot.len() < HEADER_SIZE + b5.len(), "the span is not in the slot");
+        slot.resize(layout.prepare_size_max as usize, 0);
+        let batch = b5[40..140].to_vec();
+        let held = |offset: u64, len: u32| (offset == 7 && len == 100).then(|| batch.clone());
+
+        // Header durable, log holds the batch: the whole prepare, acknowledged before.
+        let recovered = recover_slot(&layout, 5, CLUSTER, Some(&h5.encode()), Some(&slot));
+        assert_eq!(recovered, RecoveredSlot::Elided { header: h5, elided: elided.clone(), redundant: true });
+        assert_eq!(recovered.settle(held), RecoveredSlot::Prepare { header: h5, body: b5.clone(), redundant: true });
+        // Header durable, the log lost the batch: it was durable, so the header stays (repaired).
+        let lost = recover_slot(&layout, 5, CLUSTER, Some(&h5.encode()), Some(&slot)).settle(|_, _| None);
+        assert_eq!(lost, RecoveredSlot::HeaderOnly(h5));
+        // The log holds other bytes there: not this prepare's body.
+        let other =
+            recover_slot(&layout, 5, CLUSTER, Some(&h5.encode()), Some(&slot)).settle(|_, _| Some(vec![0; 100]));
+        assert_eq!(other, RecoveredSlot::HeaderOnly(h5));
+        // No header yet, batch lost: never acknowledged, nothing.
+        let torn = recover_slot(&layout, 5, CLUSTER, Some(&[0u8; 256]), Some(&slot)).settle(|_, _| None);
+        assert_eq!(torn, RecoveredSlot::Empty);
+        // No header yet, batch held: the prepare, to be confirmed.
+        let unconfirmed = recover_slot(&layout, 5, CLUSTER, None, Some(&slot)).settle(held);
+        assert_eq!(unconfirmed, RecoveredSlot::Prepare { header: h5, body: b5, redundant: false });
+        // A damaged elided slot under a durable header: header only, as for a whole one.
+        let mut damaged = slot.clone();
+        damaged[HEADER_SIZE + 30] ^= 1;
+        assert_eq!(
+            recover_slot(&layout, 5, CLUSTER, Some(&h5.encode()), Some(&damaged)),
+            RecoveredSlot::HeaderOnly(h5)
+        );
+    }
 
     #[test]
     fn a_slot_of_another_cluster_is_empty() {

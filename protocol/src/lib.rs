@@ -4,6 +4,7 @@
 
 pub mod client_table;
 pub mod config;
+pub mod elided;
 pub mod header;
 pub mod journal;
 pub mod replica;

@@ -1,5 +1,6 @@
 //! What a replica replicates: any deterministic state machine over committed requests.
 
+use crate::elided::ExternalSpan;
 use crate::header::Header;
 
 /// A deterministic state machine. Every replica applies the same requests in the same order and
@@ -52,6 +53,14 @@ pub trait StateMachine: Sized {
     /// decide only what `apply` would: given the same cursor, the same bytes.
     fn prepare(&self, cursor: u64, _timestamp: u64, _request: &Header, _body: &mut [u8]) -> u64 {
         cursor
+    }
+
+    /// The parts of a prepare's body (`prepare` its header) that the external log stores at
+    /// their final place as the prepare arrives: a replica with peers leaves them out of its WAL
+    /// slot, so that they are written once, and recovery takes them back from the log. Only
+    /// spans the log will hold exactly (stamped where the log goes on); none by default.
+    fn external_spans(_prepare: &Header, _body: &[u8]) -> Vec<ExternalSpan> {
+        Vec::new()
     }
 
     /// A digest of the whole state, compared across replicas by the simulator.

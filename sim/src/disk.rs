@@ -5,7 +5,8 @@
 //!   every write not yet synced, and every write still in flight, is independently lost, torn (a
 //!   prefix of it persists) or persisted.
 //! - Faults (only on disks the fault atlas names, and only in the one WAL zone it gives each, so
-//!   that no prepare loses both its copies and every run stays recoverable): write corruption (a
+//!   that no prepare loses both its copies and every run stays recoverable; partition files only
+//!   on disks whose WAL headers are whole, since a prepare's batches live there alone): write corruption (a
 //!   bit flips on the way down), misdirected writes (the write lands on another slot of its zone),
 //!   latent sector errors (a read of those bytes fails until they are rewritten), read corruption
 //!   (a bit flips on the way up, this read only). Superblock copies take read corruption only: a
@@ -151,6 +152,10 @@ impl SimDisk {
         match (self.fault_zone, self.zone(file, offset)) {
             // A disk whose only faulty zone is its partition files.
             (Some(Zone::Partition), at) => at == Some(Zone::Partition),
+            // A partition's WAL prepares leave out the batches its segment log holds: on a disk
+            // whose headers zone is faulty the batches are the prepare's only sure copy, so
+            // that disk's partition files stay whole (no prepare loses both its copies).
+            (Some(Zone::WalHeaders), Some(Zone::Partition)) => false,
             (Some(_), Some(Zone::Superblock | Zone::Partition)) => true,
             (Some(zone), Some(at)) => zone == at,
             _ => false,

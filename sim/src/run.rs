@@ -199,7 +199,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
              disk_bytes_written={} writes_refused_full={} segment_logs_cut={} \
              polls_from_log={} polls_cut={} poll_replies_dropped={} fetches_sent={} batches_fetched={} \
-             segment_logs_dropped={} batches_speculated={} tail_cuts={} runs_repaired={}",
+             segment_logs_dropped={} batches_speculated={} tail_cuts={} runs_repaired={} \
+             prepares_filled={} prepares_unfilled={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -236,6 +237,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.batches_speculated,
             counters.tail_cuts,
             counters.runs_repaired,
+            counters.prepares_filled,
+            counters.prepares_unfilled,
         ));
     }
     report

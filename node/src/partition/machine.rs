@@ -22,6 +22,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use vireo_protocol::elided::ExternalSpan;
+use vireo_protocol::request::batched_requests;
 use vireo_protocol::{Header, StateMachine};
 use vireo_storage::batch::{self, BatchHeader};
 use vireo_storage::checksum::checksum64;
@@ -546,6 +548,36 @@ impl StateMachine for PartitionMachine {
             Some(header) => cursor + header.message_count as u64,
             None => cursor,
         }
+    }
+
+    /// A prepare's send batches, if they are stamped one after another up to the prepare's cursor
+    /// (then the segment log holds exactly them from where it goes on); else none, and the WAL
+    /// keeps the whole body.
+    fn external_spans(prepare: &Header, body: &[u8]) -> Vec<ExternalSpan> {
+        let mut spans = Vec::new();
+        let mut end = None;
+        for request in batched_requests(body) {
+            if request.header.operation != OPERATION_SEND_MESSAGES {
+                continue;
+            }
+            let Ok((partition, _)) = decode_send_head(request.body) else { continue };
+            let batch = &request.body[SEND_BATCH_AT..];
+            let Ok(header) = BatchHeader::decode(batch) else { return Vec::new() };
+            let Some(stamped) = stamped_send(batch, partition, header.base_offset, prepare.timestamp / 1000) else {
+                // A send `apply` refuses takes no offsets and is not in the log: it stays.
+                continue;
+            };
+            if end.is_some_and(|end| end != stamped.base_offset) {
+                return Vec::new();
+            }
+            end = Some(stamped.end_offset());
+            let at = request.body.as_ptr() as usize - body.as_ptr() as usize + SEND_BATCH_AT;
+            spans.push(ExternalSpan { at: at as u32, len: batch.len() as u32, offset: stamped.base_offset });
+        }
+        if end != Some(prepare.cursor) {
+            return Vec::new();
+        }
+        spans
     }
 
     fn digest(&self) -> u64 {

@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_of, Command, Header, Message};
-use vireo_protocol::replica::LogMark;
+use vireo_protocol::replica::{FillsWanted, LogMark};
 use vireo_protocol::request::batched_requests;
 use vireo_protocol::Replica;
 
@@ -67,6 +67,8 @@ pub const REPAIRS_REFUSED_MAX: u32 = 8;
 pub const FETCHES_SERVED_MAX: usize = 4;
 /// Read ids of served fetches carry this bit (the node's poll reads never do).
 const FETCH_READ: u64 = 1 << 63;
+/// Read ids of fills (the group's elided prepares, read back while its replica opens).
+const FILL_READ: u64 = 1 << 62;
 
 /// What a group's segment log did, since its shard started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -111,6 +113,10 @@ pub struct SegmentLogCounters {
     pub unverifiable: u64,
     /// Damaged runs written again in place with a peer's batches.
     pub runs_repaired: u64,
+    /// Elided WAL prepares put back together from this log as the replica opened, and those
+    /// whose batches it did not hold (repaired from peers, or never durable).
+    pub prepares_filled: u64,
+    pub prepares_unfilled: u64,
 }
 
 /// The group's prepares as its segment log reads them: the replica's journal past its commit
@@ -149,6 +155,18 @@ struct Fetch {
     from: u64,
     peer: u8,
     since_tick: u64,
+}
+
+/// The batches of the group's elided prepares being read back (`[at, to)` still to read), while
+/// its replica opens.
+#[derive(Debug)]
+struct Filling {
+    at: u64,
+    to: u64,
+    reading: bool,
+    read_next: u64,
+    batches: BTreeMap<u64, Vec<u8>>,
+    done: bool,
 }
 
 pub struct SegmentLog {
@@ -202,6 +220,11 @@ pub struct SegmentLog {
     /// Files of a dropped log to remove, the last first, and whether a removal is in flight.
     removals: Vec<FileKind>,
     removing: bool,
+
+    /// A fill in progress (`fill`), and whether the log was opened for one and waits for its
+    /// machine to be ready before it follows it.
+    filling: Option<Filling>,
+    awaiting_ready: bool,
 
     tick: u64,
     /// Reads finished and not yet taken (`take_read`): at most the log's `reads_max`.
@@ -259,6 +282,8 @@ impl SegmentLog {
             damaged: false,
             removals: Vec::new(),
             removing: false,
+            filling: None,
+            awaiting_ready: false,
             tick: 0,
             reads_done: VecDeque::new(),
             opened: None,
@@ -327,7 +352,7 @@ impl SegmentLog {
 
     /// Starts a read of the open log; its result comes back through `take_read`.
     pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
-        debug_assert_eq!(request.id & FETCH_READ, 0);
+        debug_assert_eq!(request.id & (FETCH_READ | FILL_READ), 0);
         if self.damaged {
             // Dropped once its I/O is done: no new reads keep it waiting.
             return Err(ReadError::NotOpen);
@@ -435,6 +460,7 @@ impl SegmentLog {
                 }
                 PartitionEvent::SegmentDeleted { .. } => self.counters.segments_deleted += 1,
                 PartitionEvent::Failed(_) => self.counters.failures += 1,
+                PartitionEvent::Read { id, result } if id & FILL_READ != 0 => self.on_fill_read(result),
                 PartitionEvent::Read { id, result } => {
                     let damage = match &result {
                         Err(ReadError::Corrupt { offset }) => Some(*offset),
@@ -601,7 +627,10 @@ impl SegmentLog {
             self.pending.push_back((base, end, bytes));
         }
         let (first, next) = (machine.first_offset(), machine.next_offset());
-        while self.pending.front().is_some_and(|(_, end, _)| *end <= first) {
+        // The log keeps what the durable checkpoint still needs, past the machine's retention:
+        // the WAL's prepares after it leave their batches out, and take them back from here.
+        let floor = first.min(checkpoint.retained_from);
+        while self.pending.front().is_some_and(|(_, end, _)| *end <= floor) {
             self.pending.pop_front();
         }
 
@@ -610,19 +639,9 @@ impl SegmentLog {
             None => {
                 // The claim must be where the machine is retained from now: only once its state
                 // is restored (the replica is open, but may still wait for a view or a checkpoint).
-                if !ready {
-                    return;
+                if ready {
+                    self.open(io, first, checkpoint, 0);
                 }
-                self.damaged = false;
-                self.suspect = None;
-                self.serving.clear();
-                self.repair_fetch = None;
-                self.repairs_refused = 0;
-                self.claimed = checkpoint.cursor;
-                let claim =
-                    OwnerClaim { frontier: checkpoint.cursor, retained_from: first.min(checkpoint.retained_from) };
-                self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
-                self.drain_events(io);
                 return;
             }
             Some(Status::Opening) => return,
@@ -652,7 +671,8 @@ impl SegmentLog {
                 }
                 return;
             }
-            Some(Status::Open) => {}
+            Some(Status::Open) if self.awaiting_ready && !ready => return,
+            Some(Status::Open) => self.awaiting_ready = false,
         }
         let log = self.log.as_mut().expect("open");
         let skipped = self.skipped_to.is_some_and(|to| log.first_offset() <= to);
@@ -676,12 +696,31 @@ impl SegmentLog {
         // A log that skipped to where a peer's retention starts is past its machine on purpose.
         let skipped = self.skipped_to.is_some_and(|to| log.first_offset() <= to);
         let empty_past_first = log.first_offset() == end && end > first && !skipped;
-        if first >= end && log.first_offset() < end || first > end || empty_past_first {
-            // Nothing the log holds is kept any more (a purge), or the machine holds nothing
-            // from where the log ends (it took a checkpoint past it), or the log holds nothing
-            // and starts past the machine (a crash took its unsynced first segment).
-            if log.purge_to(io, first) {
-                self.counters.skips_ahead += u64::from(first > end);
+        // The WAL's prepares past the durable checkpoint need their batches back if the replica
+        // restarts (their slots leave them out): what retention passed goes only once a durable
+        // checkpoint has passed it too (`floor`).
+        // Below the machine's first offset no batch can be checked against its directory, so a
+        // hole there is not fetched: the log starts again where the applied batches go on.
+        let continues = self.pending.iter().any(|(base, ..)| *base == end);
+        let pending_from = self.pending.iter().map(|(base, ..)| *base).find(|base| *base > end);
+        let hole_below_first = first > end && !continues;
+        let resume_at = if floor >= end && (log.first_offset() < end || floor > end) {
+            // Nothing the log holds is needed any more (a purge, or retention, that the durable
+            // checkpoint covers), or nothing from where the log ends (the machine took a
+            // checkpoint past it).
+            Some(floor)
+        } else if hole_below_first {
+            Some(pending_from.map_or(first, |from| from.min(first)))
+        } else if empty_past_first {
+            // The log holds nothing and starts past the machine (a crash took its unsynced first
+            // segment).
+            Some(first)
+        } else {
+            None
+        };
+        if let Some(to) = resume_at {
+            if log.purge_to(io, to) {
+                self.counters.skips_ahead += u64::from(to > end);
                 self.verified_to = log.end_offset();
                 self.forget_tail();
             }
@@ -690,7 +729,7 @@ impl SegmentLog {
         }
         // Segments go once the durable checkpoint no longer needs them: a restart from it finds
         // every batch it goes on from (retention at the ops it replays runs again).
-        log.retain_from(io, first.min(checkpoint.retained_from));
+        log.retain_from(io, floor);
         // What lies below the machine's first offset is going: nothing there to check.
         self.verified_to = self.verified_to.max(first).clamp(log.first_offset(), log.end_offset());
         if !self.cut(io) {
@@ -784,6 +823,114 @@ impl SegmentLog {
             self.counters.fetches_sent += 1;
         }
         self.drain_events(io);
+    }
+
+    /// Opens the log from its files, claiming the group's durable checkpoint: durable and
+    /// committed below its cursor (damage there is kept and repaired, not cut as a tear), needed
+    /// from where the machine (restored) or the checkpoint starts.
+    /// `held`: the group's WAL says the log held every batch below it once (its elided prepares'
+    /// durable headers), though not all of it is committed.
+    fn open(&mut self, io: &mut impl Io, first: u64, checkpoint: LogMark, held: u64) {
+        self.damaged = false;
+        self.suspect = None;
+        self.serving.clear();
+        self.repair_fetch = None;
+        self.repairs_refused = 0;
+        self.claimed = checkpoint.cursor;
+        let frontier = checkpoint.cursor.max(held);
+        let claim = OwnerClaim { frontier, retained_from: first.min(checkpoint.retained_from) };
+        self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
+        self.drain_events(io);
+    }
+
+    /// While the group's replica opens: reads back the batches its WAL's elided prepares left
+    /// out, `[from, to)` (`Replica::fills_wanted`), opening the log first if need be. Returns
+    /// them, by base offset, once read as far as the log holds them (damaged runs stepped over;
+    /// a log that cannot open gives none: those prepares are repaired from peers).
+    pub fn fill(
+        &mut self,
+        io: &mut impl Io,
+        machine: &PartitionMachine,
+        checkpoint: LogMark,
+        wanted: FillsWanted,
+    ) -> Option<BTreeMap<u64, Vec<u8>>> {
+        let FillsWanted { from, to, durable } = wanted;
+        match self.log.as_ref().map(PartitionLog::status) {
+            None if self.removing => return None,
+            None => {
+                self.awaiting_ready = true;
+                self.open(io, machine.first_offset(), checkpoint, durable);
+                return None;
+            }
+            Some(Status::Opening) => return None,
+            Some(Status::Failed(_)) => return Some(BTreeMap::new()),
+            Some(Status::Open) => {}
+        }
+        let filling = self.filling.get_or_insert_with(|| Filling {
+            at: from,
+            to,
+            reading: false,
+            read_next: 0,
+            batches: BTreeMap::new(),
+            done: false,
+        });
+        let log = self.log.as_mut().expect("open");
+        if filling.at.max(log.first_offset()) >= filling.to.min(log.end_offset()) {
+            filling.done = true;
+        }
+        if filling.done {
+            return self.filling.take().map(|filling| filling.batches);
+        }
+        if !filling.reading {
+            let start = filling.at.max(log.first_offset());
+            let count = (filling.to - start).min(u32::MAX as u64) as u32;
+            let id = FILL_READ | filling.read_next;
+            filling.read_next += 1;
+            let read = ReadRequest { id, start: ReadStart::Offset(start), count, bytes_max: FETCH_BYTES_MAX };
+            if log.read(io, read).is_ok() {
+                filling.reading = true;
+            }
+            self.drain_events(io);
+        }
+        None
+    }
+
+    /// A fill's read finished: its batches are kept, and the next read starts after them (or
+    /// after the damaged run it ran into).
+    fn on_fill_read(&mut self, result: Result<ReadBatches, ReadError>) {
+        let Some(filling) = self.filling.as_mut() else { return };
+        filling.reading = false;
+        match result {
+            Ok(read) => {
+                let mut at = 0usize;
+                let mut end = None;
+                while let Ok(header) = BatchHeader::decode(&read.bytes[at..]) {
+                    let len = header.batch_length as usize;
+                    if at + len > read.bytes.len() {
+                        break;
+                    }
+                    filling.batches.insert(header.base_offset, read.bytes[at..at + len].to_vec());
+                    end = Some(header.end_offset());
+                    at += len;
+                }
+                match end {
+                    Some(end) if end > filling.at => filling.at = end,
+                    _ => filling.done = true,
+                }
+            }
+            Err(ReadError::Corrupt { offset }) => {
+                let run = self.log.as_ref().and_then(|log| {
+                    log.damaged_runs().into_iter().find(|run| run.from_offset <= offset && offset < run.to_offset)
+                });
+                match run {
+                    Some(run) if run.to_offset > filling.at => filling.at = run.to_offset,
+                    _ => filling.done = true,
+                }
+            }
+            // Tried again at the next step.
+            Err(ReadError::Busy) => {}
+            Err(_) => filling.done = true,
+        }
     }
 
     /// Asks a peer for the oldest damaged run the machine still holds, to write it again in place
@@ -910,7 +1057,7 @@ impl SegmentLog {
     /// what differs, or lies past the journal's head, is cut. Only once the log holds the
     /// committed log whole (checked), so that the prepares continue it.
     pub fn speculate(&mut self, io: &mut impl Io, replica: &impl Prepares) {
-        if self.damaged || self.cut_wanted.is_some() {
+        if self.damaged || self.cut_wanted.is_some() || self.awaiting_ready {
             return;
         }
         let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };

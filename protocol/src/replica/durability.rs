@@ -21,7 +21,8 @@ use vireo_storage::superblock::{Superblock, VsrState};
 use super::{Replica, ReplicaEvent, Status};
 use crate::client_table::ClientTable;
 use crate::config::Bug;
-use crate::journal::prepare_bytes;
+use crate::elided::ElidedBody;
+use crate::journal::{elided_prepare_bytes, prepare_bytes};
 use crate::state_machine::StateMachine;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,6 +66,9 @@ enum WalStage {
     Idle,
     Prepares,
     PreparesSync,
+    /// The prepares are durable, some of them elided: their headers wait until the external log
+    /// holds their spans (a header says its prepare is whole on this replica).
+    HeadersAwaitLog,
     Headers,
     HeadersSync,
 }
@@ -76,6 +80,8 @@ pub struct WalPipeline {
     stage: WalStage,
     batch: Vec<(u64, u128)>,
     outstanding: usize,
+    /// Bytes of prepare bodies left out of the WAL (`elides`): stored once, in the external log.
+    pub bytes_elided: u64,
 }
 
 impl WalPipeline {
@@ -304,7 +310,15 @@ impl<S: StateMachine> Replica<S> {
                 break;
             }
             self.wal.queue.pop_front();
-            let bytes = prepare_bytes(&entry.header, entry.body.as_ref().expect("checked"));
+            let body = entry.body.as_ref().expect("checked");
+            let spans = if self.elides() { S::external_spans(&entry.header, body) } else { Vec::new() };
+            let bytes = if spans.is_empty() {
+                prepare_bytes(&entry.header, body)
+            } else {
+                let elided = ElidedBody::of(body, &spans);
+                self.wal.bytes_elided += (body.len() - elided.residual.len()) as u64;
+                elided_prepare_bytes(&entry.header, &elided)
+            };
             assert!(bytes.len() as u64 <= self.config.prepare_size_max);
             let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
             self.wal.batch.push((op, entry.header.checksum));
@@ -333,7 +347,7 @@ impl<S: StateMachine> Replica<S> {
                         // Durability is not enforced: completed writes are what is promised (they
                         // survive the process, in the kernel), in the same order.
                         if prepares {
-                            self.wal_write_headers(io);
+                            self.wal_headers_when_held(io);
                         } else {
                             self.wal_batch_durable(io);
                         }
@@ -351,13 +365,40 @@ impl<S: StateMachine> Replica<S> {
                     return;
                 }
                 match self.wal.stage {
-                    WalStage::PreparesSync => self.wal_write_headers(io),
+                    WalStage::PreparesSync => self.wal_headers_when_held(io),
                     WalStage::HeadersSync => self.wal_batch_durable(io),
                     stage => panic!("WAL sync completed in stage {stage:?}"),
                 }
             }
             _ => panic!("the WAL pipeline issues only writes and syncs"),
         }
+    }
+
+    /// Whether this replica leaves its prepares' external spans out of the WAL: only with peers
+    /// to repair from (a single node's WAL keeps the second copy that lets damage in its log cost
+    /// one batch, not the group).
+    pub(super) fn elides(&self) -> bool {
+        S::EXTERNAL_LOG && self.config.replica_count > 1
+    }
+
+    /// Writes the batch's redundant headers once the external log holds what the prepares left
+    /// out (synced if durability is enforced, else written), else waits for it to report
+    /// (`external_log_durable`). Recovery relies on that order: an elided prepare whose header
+    /// is durable had its spans durable too, so a span missing then is damage (a peer has it),
+    /// not a torn write.
+    pub(super) fn wal_headers_when_held(&mut self, io: &mut impl Io) {
+        if self.elides() && self.config.bug != Some(Bug::LogDurabilityIgnored) {
+            let held = self.external_ack_cursor;
+            let waiting = self.journal.replaced
+                || self.wal.batch.iter().any(|(op, checksum)| {
+                    self.journal.get_exact(*op, *checksum).is_some_and(|entry| entry.header.cursor > held)
+                });
+            if waiting {
+                self.wal.stage = WalStage::HeadersAwaitLog;
+                return;
+            }
+        }
+        self.wal_write_headers(io);
     }
 
     fn wal_write_headers(&mut self, io: &mut impl Io) {
@@ -612,6 +653,9 @@ impl<S: StateMachine> Replica<S> {
         self.external_ack_cursor = acknowledgeable;
         self.journal.replaced = false;
         self.snapshot_flush(io);
+        if self.wal.stage == WalStage::HeadersAwaitLog {
+            self.wal_headers_when_held(io);
+        }
         if more && self.status == Status::Normal {
             if self.is_primary() {
                 self.primary_commit(io);

@@ -42,6 +42,7 @@ use crate::state_machine::StateMachine;
 
 pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
+pub use recovery::FillsWanted;
 use recovery::Opening;
 use timeout::Timeout;
 use view_change::DoViewChangeVote;

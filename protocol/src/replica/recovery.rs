@@ -55,6 +55,22 @@ pub struct Opening {
     wal_headers: Vec<ReadResult>,
     wal_prepares: Vec<ReadResult>,
     outstanding: usize,
+    /// The WAL's slots as recovered, while elided prepares among them wait for the external log
+    /// to give back their spans (`fills_wanted`, `fill`).
+    awaiting_fill: Option<Vec<RecoveredSlot>>,
+}
+
+/// The external log offsets a recovering replica's elided prepares need back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FillsWanted {
+    /// The range `[from, to)` their spans lie in.
+    pub from: u64,
+    pub to: u64,
+    /// The log held every batch below this once (synced, or written where durability is not
+    /// enforced and only the process can crash): the highest cursor of a prepare whose redundant
+    /// header is durable (written only once the log held its batches). A batch there that fails
+    /// its checks is damage, not a torn write.
+    pub durable: u64,
 }
 
 /// The checksum of op 0, the root every log chains from: a prepare with an empty body.
@@ -306,22 +322,85 @@ impl<S: StateMachine> Replica<S> {
         self.superblock_update(io);
     }
 
+    /// Every WAL slot is read: recovered, then (if some hold elided prepares past the
+    /// checkpoint) held until the external log gives their spans back.
     fn open_finish(&mut self, io: &mut impl Io) {
-        let opening = self.opening.take().expect("opening");
-        let state = self.superblock_durable().clone();
+        let opening = self.opening.as_mut().expect("opening");
         let layout = self.journal.layout;
+        let recovered: Vec<RecoveredSlot> = (0..layout.slot_count as usize)
+            .map(|slot| {
+                let header_bytes = opening.wal_headers[slot].as_ref().and_then(|read| read.as_ref().ok());
+                let prepare_bytes = opening.wal_prepares[slot].as_ref().and_then(|read| read.as_ref().ok());
+                recover_slot(
+                    &layout,
+                    slot as u64,
+                    self.config.cluster,
+                    header_bytes.map(Vec::as_slice),
+                    prepare_bytes.map(Vec::as_slice),
+                )
+            })
+            .collect();
+        opening.wal_headers = Vec::new();
+        opening.wal_prepares = Vec::new();
+        opening.awaiting_fill = Some(recovered);
+        if self.fills_wanted().is_none() {
+            self.fill(io, |_, _| None);
+        }
+    }
+
+    /// While opening: what the WAL's elided prepares past the checkpoint left out of it, to be
+    /// read from the external log and given to `fill`.
+    pub fn fills_wanted(&self) -> Option<FillsWanted> {
+        let checkpoint_op = self.superblock_durable().checkpoint_op;
+        let slots = self.opening.as_ref()?.awaiting_fill.as_ref()?;
+        let mut wanted = FillsWanted { from: u64::MAX, to: 0, durable: 0 };
+        for slot in slots {
+            if let RecoveredSlot::Elided { header, elided, redundant } = slot {
+                if header.op > checkpoint_op {
+                    wanted.from = wanted.from.min(elided.first_offset().unwrap_or(header.cursor));
+                    wanted.to = wanted.to.max(header.cursor);
+                    if *redundant {
+                        wanted.durable = wanted.durable.max(header.cursor);
+                    }
+                }
+            }
+        }
+        (wanted.from < wanted.to).then_some(wanted)
+    }
+
+    /// Puts the elided prepares back together from the external log (`held(offset, len)`: the
+    /// batch of that length it holds at that offset), and finishes opening. Returns how many came
+    /// back whole and how many did not (those are repaired from peers, or were never durable).
+    pub fn fill(&mut self, io: &mut impl Io, mut held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> (u64, u64) {
+        let mut opening = self.opening.take().expect("opening");
+        let slots = opening.awaiting_fill.take().expect("the WAL was read");
+        let (mut filled, mut missing) = (0, 0);
+        let settled = slots
+            .into_iter()
+            .map(|slot| match slot {
+                RecoveredSlot::Elided { .. } => match slot.settle(&mut held) {
+                    whole @ RecoveredSlot::Prepare { .. } => {
+                        filled += 1;
+                        whole
+                    }
+                    other => {
+                        missing += 1;
+                        other
+                    }
+                },
+                other => other,
+            })
+            .collect();
+        drop(opening);
+        self.open_log(io, settled);
+        (filled, missing)
+    }
+
+    fn open_log(&mut self, io: &mut impl Io, slots: Vec<RecoveredSlot>) {
+        let state = self.superblock_durable().clone();
         let checkpoint_op = state.checkpoint_op;
         let mut unconfirmed = Vec::new();
-        for slot in 0..layout.slot_count as usize {
-            let header_bytes = opening.wal_headers[slot].as_ref().and_then(|read| read.as_ref().ok());
-            let prepare_bytes = opening.wal_prepares[slot].as_ref().and_then(|read| read.as_ref().ok());
-            let recovered = recover_slot(
-                &layout,
-                slot as u64,
-                self.config.cluster,
-                header_bytes.map(Vec::as_slice),
-                prepare_bytes.map(Vec::as_slice),
-            );
+        for recovered in slots {
             match recovered {
                 RecoveredSlot::Empty => {}
                 RecoveredSlot::Prepare { header, body, redundant } if header.op > checkpoint_op => {

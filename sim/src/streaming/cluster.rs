@@ -167,6 +167,10 @@ pub struct StreamingCounters {
     pub tail_cuts: u64,
     /// Damaged runs segment logs wrote again in place with a peer's batches.
     pub runs_repaired: u64,
+    /// Elided WAL prepares put back together from segment logs as replicas opened (by the shards
+    /// running at the end), and those their logs lacked.
+    pub prepares_filled: u64,
+    pub prepares_unfilled: u64,
     /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
     pub segment_logs_dropped: u64,
     /// Replicated poll replies not sent because their batches could not be read in time.
@@ -1462,6 +1466,8 @@ impl StreamingCluster {
                 self.counters.batches_speculated += segments.counters.batches_speculated;
                 self.counters.tail_cuts += segments.counters.cuts;
                 self.counters.runs_repaired += segments.counters.runs_repaired;
+                self.counters.prepares_filled += segments.counters.prepares_filled;
+                self.counters.prepares_unfilled += segments.counters.prepares_unfilled;
                 self.counters.segment_logs_dropped += segments.counters.logs_dropped;
             }
         }
