@@ -110,6 +110,9 @@ pub struct SimDisk {
     pub segment_damage: u64,
     /// Bytes of every write submitted, whatever became of it: what the node wrote.
     pub bytes_written: u64,
+    /// Of those, bytes written to segment files (stamped batches) and to the WAL.
+    pub segment_bytes_written: u64,
+    pub wal_bytes_written: u64,
     /// Writes refused because the disk was full (`capacity`).
     pub writes_refused_full: u64,
     /// Writes completed so far: numbers them for `sync`.
@@ -131,6 +134,8 @@ impl SimDisk {
             faults_injected: 0,
             segment_damage: 0,
             bytes_written: 0,
+            segment_bytes_written: 0,
+            wal_bytes_written: 0,
             writes_refused_full: 0,
             completed_writes: 0,
             capacity: None,
@@ -176,6 +181,11 @@ impl SimDisk {
 
     pub fn submit_write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>) -> u64 {
         self.bytes_written += bytes.len() as u64;
+        match file.kind {
+            FileKind::Segment(_) => self.segment_bytes_written += bytes.len() as u64,
+            FileKind::Wal => self.wal_bytes_written += bytes.len() as u64,
+            _ => {}
+        }
         let id = self.write_id_next;
         self.write_id_next += 1;
         self.in_flight.push((id, file, offset, bytes));

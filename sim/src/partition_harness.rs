@@ -224,7 +224,7 @@ impl PartitionHarness {
     /// An owned log's claim is what the harness knows: durable to where the log said, retained
     /// from its first offset.
     pub fn crash_and_reopen(&mut self) -> RecoveryReport {
-        let claim = OwnerClaim { frontier: self.durable, retained_from: self.model_first };
+        let claim = OwnerClaim { frontier: self.durable, retained_from: self.model_first, checked_to: None };
         self.crash_and_reopen_claimed(claim)
     }
 

@@ -67,6 +67,67 @@ pub struct Overrides {
     /// Streaming: crash one node every this many ticks of the safety phase, round robin, and
     /// restart it a third of that later (instead of random crashes).
     pub rolling_restart_ticks: Option<u64>,
+    /// Streaming: how much data the run moves.
+    pub volume: Volume,
+}
+
+/// How much data a streaming run moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Volume {
+    /// Batches of 1 to 200 messages of at most 256 bytes, 8 KB a batch: many small prepares.
+    #[default]
+    Normal,
+    /// Batches of 1 to 1,000 messages of up to 64 KiB, 1 MiB a batch, in 1 MiB segments: what
+    /// the bytes cost on disk (`disk_bytes_written` against `segment_bytes`).
+    Large,
+}
+
+impl Volume {
+    pub fn parse(text: &str) -> Option<Volume> {
+        match text {
+            "normal" => Some(Volume::Normal),
+            "large" => Some(Volume::Large),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Volume::Normal => "normal",
+            Volume::Large => "large",
+        }
+    }
+
+    /// Messages one batch holds at most.
+    pub fn batch_messages_max(self) -> u32 {
+        match self {
+            Volume::Normal => 200,
+            Volume::Large => 1000,
+        }
+    }
+
+    /// Payload bytes one batch holds at most, and one message.
+    pub fn batch_payload_bytes_max(self) -> usize {
+        match self {
+            Volume::Normal => 8000,
+            Volume::Large => 1 << 20,
+        }
+    }
+
+    pub fn message_payload_bytes_max(self) -> usize {
+        match self {
+            Volume::Normal => 256,
+            Volume::Large => 64 << 10,
+        }
+    }
+
+    /// The groups' prepare limit: one batch and its request headers, with room for a few more.
+    pub fn prepare_size_max(self) -> u64 {
+        match self {
+            Volume::Normal => 16 * 1024,
+            Volume::Large => 2 << 20,
+        }
+    }
 }
 
 impl Overrides {
@@ -93,6 +154,9 @@ impl Overrides {
         }
         if let Some(shards) = self.shards {
             words.push_str(&format!(" --shards {shards}"));
+        }
+        if self.volume != Volume::Normal {
+            words.push_str(&format!(" --volume {}", self.volume.name()));
         }
         words
     }

@@ -538,7 +538,11 @@ fn an_owned_log_writes_no_superblock_and_opens_from_its_owners_claim() {
     assert!(!files.contains("superblock"), "an owned log writes no superblock:\n{files}");
     assert!(!files.contains(&format!("{:020}.log", 0)), "deleted at once:\n{files}");
     // The owner recorded where it is retained from now: the log opens as it was.
-    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: harness.durable, retained_from: first });
+    let report = harness.crash_and_reopen_claimed(OwnerClaim {
+        frontier: harness.durable,
+        retained_from: first,
+        checked_to: None,
+    });
     assert_eq!((report.first_offset, report.end_offset), (first, 200), "{report:?}");
     assert!(!report.corrupt && report.damaged.is_empty(), "{report:?}");
     assert_eq!(harness.check_all(), 200 - first);
@@ -559,7 +563,7 @@ fn an_owned_log_that_starts_after_its_claim_keeps_what_it_has() {
     sync_and_settle(&mut harness);
     let (second, _) = second_segment(&harness);
     harness.world.disk.remove(FileId::new(NAMESPACE, FileKind::Segment(0)));
-    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0 });
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0, checked_to: None });
     assert!(second > 0);
     assert_eq!((report.truncated_from, report.first_offset, report.end_offset), (None, second, 200), "{report:?}");
     assert_eq!(report.segments_dropped, 0, "{report:?}");
@@ -570,7 +574,7 @@ fn an_owned_log_that_starts_after_its_claim_keeps_what_it_has() {
     assert_eq!((harness.log.first_offset(), harness.log.end_offset()), (0, 0));
     harness.append(10, 100);
     sync_and_settle(&mut harness);
-    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0 });
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 0, retained_from: 0, checked_to: None });
     assert_eq!((report.first_offset, report.end_offset), (0, 10), "{report:?}");
 }
 
@@ -587,7 +591,7 @@ fn in_an_owned_log_the_claimed_frontier_tells_damage_from_a_tear() {
         sync_and_settle(&mut harness);
         harness.world.disk.flip_durable_bit(FileId::new(NAMESPACE, FileKind::Segment(0)), 2500);
         // As in the superblock's case: byte 2500 is in the second batch, offsets 10..20.
-        let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier, retained_from: 0 });
+        let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier, retained_from: 0, checked_to: None });
         if damaged {
             assert_eq!((report.damaged.clone(), report.end_offset), (vec![(10, 20)], 40), "{report:?}");
             assert!(report.corrupt);
@@ -617,7 +621,7 @@ fn a_crash_while_retention_removes_files_never_leaves_a_hole() {
         for _ in 0..harness.world.rng.below(24) {
             harness.step();
         }
-        let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: end, retained_from: 0 });
+        let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: end, retained_from: 0, checked_to: None });
         let starts: Vec<u64> = harness.log.segments().map(|(start, ..)| start).collect();
         assert_eq!(report.end_offset, end, "seed {seed}: nothing after the removed segments is lost: {report:?}");
         assert!(report.truncated_from.is_none() && !report.corrupt, "seed {seed}: {report:?}");
@@ -648,13 +652,14 @@ fn an_owner_seals_retains_and_skips_ahead() {
     assert_eq!(harness.log.retain_from(&mut harness.world, 25), 1);
     harness.retention(0);
     assert_eq!(harness.log.first_offset(), 20);
-    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 60, retained_from: 20 });
+    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 60, retained_from: 20, checked_to: None });
     assert_eq!((report.first_offset, report.end_offset, report.corrupt), (20, 60, false), "{report:?}");
     harness.check_all();
     harness.purge_to(1_000);
     assert_eq!(harness.append(10, 100), 1_000, "appends go on where the owner skipped to");
     sync_and_settle(&mut harness);
-    let report = harness.crash_and_reopen_claimed(OwnerClaim { frontier: 1_010, retained_from: 1_000 });
+    let report =
+        harness.crash_and_reopen_claimed(OwnerClaim { frontier: 1_010, retained_from: 1_000, checked_to: None });
     assert_eq!((report.first_offset, report.end_offset, report.corrupt), (1_000, 1_010, false), "{report:?}");
     assert_eq!(harness.check_all(), 10);
 }

@@ -6,7 +6,7 @@ use vireo_io::TICK_NS;
 use vireo_protocol::config::Bug;
 use vireo_sim::rng::SimRng;
 use vireo_sim::run::{install_panic_hook, run_seed};
-use vireo_sim::scenario::{FaultLevel, Overrides, Workload};
+use vireo_sim::scenario::{FaultLevel, Overrides, Volume, Workload};
 use vireo_sim::streaming::{StreamingCluster, StreamingScenario};
 
 fn streaming() -> Overrides {
@@ -236,4 +236,37 @@ fn a_login_that_accepts_any_password_is_caught_by_the_sweep() {
         assert_eq!(code, 129, "seed {seed}: {message}");
         assert!(message.contains("wrong password"), "seed {seed}: {message}");
     }
+}
+
+/// A figure of a streaming run's report (`name=value`).
+fn figure(report: &vireo_sim::run::RunReport, name: &str) -> u64 {
+    let figures = report.streaming.as_deref().expect("a streaming run reports its figures");
+    let at = figures.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {figures}")) + name.len() + 2;
+    figures[at..].split(' ').next().unwrap().parse().expect("a number")
+}
+
+/// Message bytes are written once on a replica of a cluster: its WAL leaves out the batches its
+/// segment logs hold, so that everything its disk was asked to write stays within 1.3 times the
+/// batches it stores. A single node keeps them in its WAL as well (its second copy), which the
+/// same figure shows: the measure tells the two apart.
+#[test]
+fn large_batches_are_written_once_on_a_replica() {
+    let large = |replicas| Overrides {
+        replicas: Some(replicas),
+        shards: Some(2),
+        faults: Some(FaultLevel::None),
+        requests: Some(60),
+        volume: Volume::Large,
+        ..streaming()
+    };
+    let ratio = |report: &vireo_sim::run::RunReport| {
+        assert_eq!(report.exit_code, 0, "seed {}: {}", report.seed, report.message);
+        let segment_bytes = figure(report, "segment_bytes");
+        assert!(segment_bytes > 32 << 20, "a large run stores tens of MiB: {segment_bytes}");
+        figure(report, "disk_bytes_written") as f64 / segment_bytes as f64
+    };
+    let replicated = ratio(&run_seed(5, &large(3), None));
+    assert!(replicated <= 1.3, "a replica wrote {replicated:.3} times the batches it stores");
+    let single = ratio(&run_seed(5, &large(1), None));
+    assert!(single > 1.8, "a single node keeps its WAL's copy: {single:.3}");
 }

@@ -838,7 +838,11 @@ impl SegmentLog {
         self.repairs_refused = 0;
         self.claimed = checkpoint.cursor;
         let frontier = checkpoint.cursor.max(held);
-        let claim = OwnerClaim { frontier, retained_from: first.min(checkpoint.retained_from) };
+        let claim = OwnerClaim {
+            frontier,
+            retained_from: first.min(checkpoint.retained_from),
+            checked_to: Some(checkpoint.cursor),
+        };
         self.log = Some(PartitionLog::open_owned(io, self.config.clone(), self.namespace, LOG_OWNER, claim));
         self.drain_events(io);
     }

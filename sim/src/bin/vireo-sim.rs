@@ -11,7 +11,7 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand};
 use vireo_protocol::config::Bug;
 use vireo_sim::run::{install_panic_hook, run_seed, run_traced, RunReport};
-use vireo_sim::scenario::{FaultLevel, Overrides, Workload};
+use vireo_sim::scenario::{FaultLevel, Overrides, Volume, Workload};
 use vireo_sim::seeds;
 
 #[derive(Parser)]
@@ -45,6 +45,14 @@ struct OverrideArgs {
     /// Requests per client instead of the seed's draw.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     requests: Option<u64>,
+    /// Streaming: `normal` (small batches, many prepares) or `large` (batches of up to 1,000
+    /// messages of up to 64 KiB, 1 MiB segments, hundreds of MiB a run).
+    #[arg(long, value_parser = parse_volume, default_value = "normal")]
+    volume: Volume,
+}
+
+fn parse_volume(text: &str) -> Result<Volume, String> {
+    Volume::parse(text).ok_or_else(|| format!("unknown volume {text:?}: expected normal or large"))
 }
 
 fn parse_workload(text: &str) -> Result<Workload, String> {
@@ -72,6 +80,7 @@ impl OverrideArgs {
             shards: self.shards,
             workload: self.workload,
             rolling_restart_ticks: self.rolling_restart_ticks,
+            volume: self.volume,
         }
     }
 }

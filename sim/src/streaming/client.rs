@@ -40,6 +40,7 @@ use vireo_storage::checksum::checksum64;
 use crate::access::{Action, Answer, Rights};
 use crate::kafka_log::PartitionKey;
 use crate::rng::SimRng;
+use crate::scenario::Volume;
 
 /// Ticks a request waits for its reply before the client gives up on the connection.
 pub const REQUEST_TIMEOUT_TICKS: u64 = 300;
@@ -292,23 +293,23 @@ pub struct StreamClient {
     pub retention: TopicRetention,
     /// Messages in one send: 1 to one less than this.
     pub batch_messages_max: u32,
+    pub volume: Volume,
     /// Values of a send this client just started, for the checker (taken by the cluster).
     pub invoked: Option<Vec<u128>>,
     /// What the client saw since the cluster last took them.
     pub observations: Vec<Observation>,
 }
 
-/// Bytes of messages one simulated batch holds at most: with every header it stays within the
-/// partition groups' prepare limit, and a run's partitions within their checkpoint limit.
-const BATCH_PAYLOAD_BYTES_MAX: usize = 8000;
 /// Per-message frame bytes (`PROTOCOL.md`).
 const MESSAGE_FRAME_SIZE: usize = 48;
 
 /// A message's payload length, 0 bytes and up, from its value (so the checker can count bytes
 /// without being told): batches of many messages carry short payloads, a single message up to
-/// 256 bytes.
-pub fn payload_len(value: u128, batch_messages: usize) -> usize {
-    let most = (BATCH_PAYLOAD_BYTES_MAX / batch_messages.max(1)).saturating_sub(MESSAGE_FRAME_SIZE).min(256);
+/// the volume's message limit; with every header a batch stays within the groups' prepare limit.
+pub fn payload_len(value: u128, batch_messages: usize, volume: Volume) -> usize {
+    let most = (volume.batch_payload_bytes_max() / batch_messages.max(1))
+        .saturating_sub(MESSAGE_FRAME_SIZE)
+        .min(volume.message_payload_bytes_max());
     (vireo_storage::checksum::checksum64(&value.to_le_bytes()) % (most as u64 + 1)) as usize
 }
 
@@ -348,7 +349,8 @@ impl StreamClient {
             initial_partitions: 1,
             enforce_fsync: true,
             retention: TopicRetention::KEEP,
-            batch_messages_max: 200,
+            batch_messages_max: Volume::Normal.batch_messages_max(),
+            volume: Volume::Normal,
             invoked: None,
             observations: Vec::new(),
         }
@@ -757,8 +759,13 @@ impl StreamClient {
             Work::Send { values } => {
                 let mut builder = BatchBuilder::new();
                 for value in values {
-                    let payload: Vec<u8> =
-                        value.to_le_bytes().iter().copied().cycle().take(payload_len(*value, values.len())).collect();
+                    let payload: Vec<u8> = value
+                        .to_le_bytes()
+                        .iter()
+                        .copied()
+                        .cycle()
+                        .take(payload_len(*value, values.len(), self.volume))
+                        .collect();
                     builder.push(*value, &payload, &[]);
                 }
                 let partitioning = match rng.below(3) {

@@ -50,7 +50,6 @@ pub const CLUSTER: u128 = 0x0056_4952_454f_5354;
 /// Messages in flight on one inter-shard channel (to one shard of a node).
 pub const CHANNEL_MESSAGES_MAX: usize = 256;
 const CHANNEL_DELAY_NS: u64 = 5_000;
-const PREPARE_SIZE_MAX: u64 = 16 * 1024;
 const SNAPSHOT_SIZE_MAX: u64 = 4 * 1024 * 1024;
 
 enum Event {
@@ -154,6 +153,8 @@ pub struct StreamingCounters {
     pub segments_sealed: u64,
     pub segment_bytes: u64,
     pub disk_bytes_written: u64,
+    /// Of those, bytes the WAL took.
+    pub wal_bytes_written: u64,
     /// Writes refused by full disks, every node.
     pub writes_refused_full: u64,
     /// Opens of segment logs (any node, since its last start) whose recovery cut or lost batches.
@@ -358,7 +359,7 @@ impl StreamingCluster {
         let n = scenario.core.replica_count;
         let mut metadata = Config::new(CLUSTER, n);
         metadata.journal_slots = scenario.core.journal_slots;
-        metadata.prepare_size_max = PREPARE_SIZE_MAX;
+        metadata.prepare_size_max = scenario.volume.prepare_size_max();
         metadata.prepare_queue_max = scenario.core.prepare_queue_max;
         metadata.clients_max = scenario.core.clients_max;
         metadata.batch_requests_max = 8;
@@ -455,6 +456,8 @@ impl StreamingCluster {
             let mut client = StreamClient::new(index, new_client_id(&mut rng), role, identity, budget, first_node);
             client.initial_partitions = scenario.partitions;
             client.enforce_fsync = scenario.core.enforce_fsync;
+            client.volume = scenario.volume;
+            client.batch_messages_max = scenario.volume.batch_messages_max();
             client.retention = scenario.retention;
             clients.push(client);
         }
@@ -900,8 +903,10 @@ impl StreamingCluster {
             match observation {
                 Observation::SendAcked { partition, base_offset, values } => {
                     self.counters.messages_acked += values.len() as u64;
-                    self.counters.bytes_acked +=
-                        values.iter().map(|value| payload_len(*value, values.len()) as u64).sum::<u64>();
+                    self.counters.bytes_acked += values
+                        .iter()
+                        .map(|value| payload_len(*value, values.len(), self.scenario.volume) as u64)
+                        .sum::<u64>();
                     self.log(|| {
                         format!(
                             "c{index} send acked partition={} offset={base_offset} count={}",
@@ -1448,9 +1453,11 @@ impl StreamingCluster {
         for shard in self.nodes[0].shards.iter().map(Node::shard) {
             for (_, segments) in shard.segment_logs() {
                 self.counters.segments_sealed += segments.counters.segments_sealed;
-                self.counters.segment_bytes += segments.counters.segment_bytes;
             }
         }
+        // From the disk, over the whole run (groups deleted since, shards restarted since).
+        self.counters.segment_bytes = self.nodes[0].disk.segment_bytes_written;
+        self.counters.wal_bytes_written = self.nodes[0].disk.wal_bytes_written;
         self.counters.disk_bytes_written = self.nodes[0].disk.bytes_written;
         self.counters.writes_refused_full = self.nodes.iter().map(|node| node.disk.writes_refused_full).sum();
         for node in self.nodes.iter().flat_map(|node| node.shards.iter()) {

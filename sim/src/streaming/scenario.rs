@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::rng::SimRng;
-use crate::scenario::{Overrides, Scenario};
+use crate::scenario::{Overrides, Scenario, Volume};
 
 /// Nodes in a streaming cluster (the issue's 1..=5).
 pub const NODES_MAX: u8 = 5;
@@ -13,6 +13,7 @@ pub const SHARDS_MAX: u16 = 4;
 #[derive(Clone, Debug)]
 pub struct StreamingScenario {
     pub core: Scenario,
+    pub volume: Volume,
     pub shards: u16,
     /// Partitions the topic starts with; the administrator adds more while traffic runs.
     pub partitions: u32,
@@ -127,21 +128,34 @@ impl StreamingScenario {
         // A draw every recorded seed's run depends on (it once sized batches, which clients now
         // draw from 1 to 3 messages themselves): kept so that seeds replay as they were found.
         let _ = rng.range(1, 8);
+        let volume = overrides.volume;
+        let mut retention = TopicRetention::draw(seed);
+        let mut sends_per_producer = overrides.requests.unwrap_or(rng.range(20, 120));
+        if volume == Volume::Large {
+            // Hundreds of MiB in 1 MiB segments, all kept; a WAL of 64 slots of 2 MiB (the
+            // simulated disk holds a file's bytes whole).
+            retention = TopicRetention { segment_size: 1 << 20, message_expiry_us: 0, max_topic_size: 0 };
+            sends_per_producer = overrides.requests.unwrap_or(400);
+            core.journal_slots = 64;
+            // Consumers read it all back after the faults end: hundreds of MiB take longer.
+            core.liveness_ticks_max *= 5;
+        }
         StreamingScenario {
+            volume,
             shards,
             partitions,
             partitions_max: partitions + rng.range(0, 3) as u32,
             producers,
             consumers,
             members,
-            sends_per_producer: overrides.requests.unwrap_or(rng.range(20, 120)),
+            sends_per_producer,
             rolling_restart_ticks: overrides.rolling_restart_ticks,
             lurkers: rng.range(0, 2) as u8,
             // Small in some runs: room for every client on any one shard, so that only lurkers'
             // bursts fill it (a bound that starves clients forever would fail liveness, not the
             // node).
             connections_per_shard_max: if rng.chance(300_000) { clients + 1 } else { 64 },
-            retention: TopicRetention::draw(seed),
+            retention,
             disk_full: DiskFull::draw(seed, core.replica_count, core.safety_ticks),
             core,
         }
@@ -154,7 +168,7 @@ impl fmt::Display for StreamingScenario {
             f,
             "workload=streaming nodes={} shards={} partitions={}..{} producers={} consumers={} members={} \
              lurkers={} connections_per_shard={} sends_per_producer={} segment_size={} message_expiry_us={} \
-             max_topic_size={} disk_full={} | {}",
+             max_topic_size={} disk_full={} volume={} | {}",
             self.core.replica_count,
             self.shards,
             self.partitions,
@@ -170,6 +184,7 @@ impl fmt::Display for StreamingScenario {
             self.retention.max_topic_size,
             self.disk_full
                 .map_or("none".to_string(), |full| format!("n{}@{}+{}", full.node, full.from_tick, full.ticks)),
+            self.volume.name(),
             self.core
         )
     }

@@ -270,6 +270,8 @@ pub struct PartitionLog {
     /// it was synced) and one wanted next.
     superblock_sequence: u64,
     frontier: u64,
+    /// Indexes are trusted below this instead of the frontier (`OwnerClaim::checked_to`).
+    checked_to: Option<u64>,
     retained_from: u64,
     superblock_writing: Option<u64>,
     superblock_wanted: bool,
@@ -308,6 +310,11 @@ pub struct PartitionLog {
 pub struct OwnerClaim {
     pub frontier: u64,
     pub retained_from: u64,
+    /// Where the owner has checked the batches up to, if short of `frontier`: segments below it
+    /// are trusted from their indexes, the rest are read whole, so that every batch there is
+    /// remembered (`remembered`) for the owner to check and cut (its WAL may claim batches
+    /// durable that it has not committed yet). `None`: the frontier.
+    pub checked_to: Option<u64>,
 }
 
 impl PartitionLog {
@@ -338,6 +345,7 @@ impl PartitionLog {
             creates_in_flight: 0,
             superblock_sequence: 0,
             frontier: 0,
+            checked_to: None,
             retained_from: 0,
             superblock_writing: None,
             superblock_wanted: false,
@@ -380,6 +388,7 @@ impl PartitionLog {
         log.owned = true;
         log.frontier = claim.frontier;
         log.retained_from = claim.retained_from;
+        log.checked_to = claim.checked_to;
         log
     }
 

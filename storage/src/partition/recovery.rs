@@ -504,7 +504,8 @@ impl Recovery {
             self.cut = Some((previous, size));
             return self.fixups(log, io);
         }
-        let below_frontier = self.logs.get(self.current + 1).is_some_and(|(next, _)| *next <= log.frontier);
+        let trusted_to = log.checked_to.unwrap_or(log.frontier).min(log.frontier);
+        let below_frontier = self.logs.get(self.current + 1).is_some_and(|(next, _)| *next <= trusted_to);
         match self.indexes.get(&start) {
             Some(&index_size) if below_frontier && index_size > 0 && !log.config.verify_on_open => {
                 let token = log.token(Op::Recovery);
