@@ -67,8 +67,9 @@ pub struct Overrides {
     /// Streaming: crash one node every this many ticks of the safety phase, round robin, and
     /// restart it a third of that later (instead of random crashes).
     pub rolling_restart_ticks: Option<u64>,
-    /// Streaming: how much data the run moves.
-    pub volume: Volume,
+    /// Streaming: how much data the run moves (by default drawn from the seed: one run in 16
+    /// moves large batches).
+    pub volume: Option<Volume>,
 }
 
 /// How much data a streaming run moves.
@@ -155,8 +156,8 @@ impl Overrides {
         if let Some(shards) = self.shards {
             words.push_str(&format!(" --shards {shards}"));
         }
-        if self.volume != Volume::Normal {
-            words.push_str(&format!(" --volume {}", self.volume.name()));
+        if let Some(volume) = self.volume {
+            words.push_str(&format!(" --volume {}", volume.name()));
         }
         words
     }

@@ -33,7 +33,7 @@ pub fn parse(text: &str) -> Result<SeedFile, String> {
             "rolling_restart_ticks" => {
                 overrides.rolling_restart_ticks = Some(value.parse().map_err(|_| invalid("rolling_restart_ticks"))?)
             }
-            "volume" => overrides.volume = Volume::parse(value).ok_or_else(|| invalid("volume"))?,
+            "volume" => overrides.volume = Some(Volume::parse(value).ok_or_else(|| invalid("volume"))?),
             "shards" => overrides.shards = Some(value.parse().map_err(|_| invalid("shards"))?),
             "workload" => overrides.workload = Workload::parse(value).ok_or_else(|| invalid("workload"))?,
             "faults" => overrides.faults = Some(FaultLevel::parse(value).ok_or_else(|| invalid("faults"))?),

@@ -256,7 +256,7 @@ fn large_batches_are_written_once_on_a_replica() {
         shards: Some(2),
         faults: Some(FaultLevel::None),
         requests: Some(60),
-        volume: Volume::Large,
+        volume: Some(Volume::Large),
         ..streaming()
     };
     let ratio = |report: &vireo_sim::run::RunReport| {

@@ -46,9 +46,10 @@ struct OverrideArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     requests: Option<u64>,
     /// Streaming: `normal` (small batches, many prepares) or `large` (batches of up to 1,000
-    /// messages of up to 64 KiB, 1 MiB segments, hundreds of MiB a run).
-    #[arg(long, value_parser = parse_volume, default_value = "normal")]
-    volume: Volume,
+    /// messages of up to 64 KiB, 1 MiB segments, hundreds of MiB a run) instead of the seed's
+    /// draw (one seed in 16 moves large batches, with its drawn retention scaled to them).
+    #[arg(long, value_parser = parse_volume)]
+    volume: Option<Volume>,
 }
 
 fn parse_volume(text: &str) -> Result<Volume, String> {

@@ -99,6 +99,7 @@ impl TopicRetention {
 }
 
 const RETENTION_SALT: u64 = 0x5245_5445_4e54_494f;
+const VOLUME_SALT: u64 = 0x564f_4c55_4d45_5321;
 
 impl StreamingScenario {
     pub fn draw(seed: u64, overrides: &Overrides, rng: &mut SimRng) -> StreamingScenario {
@@ -128,14 +129,25 @@ impl StreamingScenario {
         // A draw every recorded seed's run depends on (it once sized batches, which clients now
         // draw from 1 to 3 messages themselves): kept so that seeds replay as they were found.
         let _ = rng.range(1, 8);
-        let volume = overrides.volume;
         let mut retention = TopicRetention::draw(seed);
         let mut sends_per_producer = overrides.requests.unwrap_or(rng.range(20, 120));
+        let drawn_large = vireo_storage::checksum::checksum64(&(seed ^ VOLUME_SALT).to_le_bytes()).is_multiple_of(16);
+        let volume = overrides.volume.unwrap_or(if drawn_large { Volume::Large } else { Volume::Normal });
         if volume == Volume::Large {
-            // Hundreds of MiB in 1 MiB segments, all kept; a WAL of 64 slots of 2 MiB (the
-            // simulated disk holds a file's bytes whole).
-            retention = TopicRetention { segment_size: 1 << 20, message_expiry_us: 0, max_topic_size: 0 };
-            sends_per_producer = overrides.requests.unwrap_or(400);
+            if overrides.volume.is_some() {
+                // Hundreds of MiB in 1 MiB segments, all kept.
+                retention = TopicRetention { segment_size: 1 << 20, message_expiry_us: 0, max_topic_size: 0 };
+                sends_per_producer = overrides.requests.unwrap_or(400);
+            } else {
+                // The drawn retention scaled to batches 128 times larger (segments of 64 KiB to
+                // 512 KiB, a batch often sealing one), and fewer of them.
+                retention.segment_size = (retention.segment_size * 128).min(TopicRetention::KEEP.segment_size);
+                retention.max_topic_size *= 128;
+                if overrides.requests.is_none() {
+                    sends_per_producer = sends_per_producer.div_ceil(2);
+                }
+            }
+            // A WAL of 64 slots of 2 MiB (the simulated disk holds a file's bytes whole).
             core.journal_slots = 64;
             // Consumers read it all back after the faults end: hundreds of MiB take longer.
             core.liveness_ticks_max *= 5;
