@@ -374,10 +374,13 @@ impl<S: StateMachine> Replica<S> {
     pub fn fill(&mut self, io: &mut impl Io, mut held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> (u64, u64) {
         let mut opening = self.opening.take().expect("opening");
         let slots = opening.awaiting_fill.take().expect("the WAL was read");
+        let checkpoint_op = self.superblock_durable().checkpoint_op;
         let (mut filled, mut missing) = (0, 0);
         let settled = slots
             .into_iter()
             .map(|slot| match slot {
+                // The checkpoint covers it: `open_log` drops it.
+                RecoveredSlot::Elided { header, .. } if header.op <= checkpoint_op => RecoveredSlot::Empty,
                 RecoveredSlot::Elided { .. } => match slot.settle(&mut held) {
                     whole @ RecoveredSlot::Prepare { .. } => {
                         filled += 1;
