@@ -43,10 +43,15 @@ pub enum Bug {
     /// as the committed log, without checking them against what the machine applied: a tail a
     /// view change replaced stays in its files.
     SegmentLogTrustsItsTail,
+    /// A replica whose WAL leaves batches to the segment log writes its prepares' redundant
+    /// headers without waiting for the log to hold those batches: after a power loss a durable
+    /// header may name a batch no log holds, a prepare its replica keeps as possibly acknowledged
+    /// (never nacked) that no replica can give back.
+    WalHeadersBeforeLog,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 15] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -61,6 +66,7 @@ impl Bug {
         Bug::SegmentLogIgnoresSeals,
         Bug::LogDurabilityIgnored,
         Bug::SegmentLogTrustsItsTail,
+        Bug::WalHeadersBeforeLog,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

@@ -270,3 +270,20 @@ fn large_batches_are_written_once_on_a_replica() {
     let single = ratio(&run_seed(5, &large(1), None));
     assert!(single > 1.8, "a single node keeps its WAL's copy: {single:.3}");
 }
+
+/// A WAL that leaves batches to the segment log must write a prepare's redundant header only
+/// once the log holds them: a replica that does not keeps, after a power loss, headers of
+/// prepares whose batches no log holds, never nacks them, and the group waits for a body no
+/// replica can give (a liveness failure the same seed does not have without the bug).
+#[test]
+fn a_wal_header_written_before_the_log_holds_its_batches_is_caught() {
+    install_panic_hook();
+    let overrides = Overrides { faults: Some(FaultLevel::Heavy), ..streaming() };
+    let (seed, report) = (0..120)
+        .map(|seed| (seed, run_seed(seed, &overrides, Some(Bug::WalHeadersBeforeLog))))
+        .find(|(_, report)| report.exit_code != 0)
+        .expect("wal-headers-before-log caught within 120 heavy seeds");
+    assert_eq!(report.exit_code, 128, "seed {seed}: {}", report.message);
+    let clean = run_seed(seed, &overrides, None);
+    assert_eq!(clean.exit_code, 0, "seed {seed} without the bug: {}", clean.message);
+}

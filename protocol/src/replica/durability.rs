@@ -387,7 +387,8 @@ impl<S: StateMachine> Replica<S> {
     /// is durable had its spans durable too, so a span missing then is damage (a peer has it),
     /// not a torn write.
     pub(super) fn wal_headers_when_held(&mut self, io: &mut impl Io) {
-        if self.elides() && self.config.bug != Some(Bug::LogDurabilityIgnored) {
+        let bug = self.config.bug;
+        if self.elides() && bug != Some(Bug::LogDurabilityIgnored) && bug != Some(Bug::WalHeadersBeforeLog) {
             let held = self.external_ack_cursor;
             let waiting = self.journal.replaced
                 || self.wal.batch.iter().any(|(op, checksum)| {
