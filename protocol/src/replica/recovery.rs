@@ -351,15 +351,26 @@ impl<S: StateMachine> Replica<S> {
     /// While opening: what the WAL's elided prepares past the checkpoint left out of it, to be
     /// read from the external log and given to `fill`.
     pub fn fills_wanted(&self) -> Option<FillsWanted> {
-        let checkpoint_op = self.superblock_durable().checkpoint_op;
+        let state = self.superblock_durable();
+        let checkpoint_op = state.checkpoint_op;
         let slots = self.opening.as_ref()?.awaiting_fill.as_ref()?;
+        // Only a prepare of the log this replica goes on with claims its batches durable: one a
+        // view change truncated left offsets that other batches took since.
+        let in_log = |header: &Header| {
+            let installed = || {
+                state.view_headers.iter().any(|bytes| {
+                    Header::decode(bytes).is_ok_and(|view| view.op == header.op && view.checksum == header.checksum)
+                })
+            };
+            header.view == state.log_view && header.context as u64 == state.log_view_sequence || installed()
+        };
         let mut wanted = FillsWanted { from: u64::MAX, to: 0, durable: 0 };
         for slot in slots {
             if let RecoveredSlot::Elided { header, elided, redundant } = slot {
                 if header.op > checkpoint_op {
                     wanted.from = wanted.from.min(elided.first_offset().unwrap_or(header.cursor));
                     wanted.to = wanted.to.max(header.cursor);
-                    if *redundant {
+                    if *redundant && in_log(header) {
                         wanted.durable = wanted.durable.max(header.cursor);
                     }
                 }

@@ -646,7 +646,10 @@ impl Recovery {
             self.logs.truncate(at + 1);
         }
         if log.segments.is_empty() {
-            log.segments.push_back(Segment::new(log.frontier.max(log.retained_from)));
+            // An owned log starts where its owner checked it to: past that its owner's claim may
+            // name batches another log holds (a view change cut them here).
+            let start = log.checked_to.unwrap_or(log.frontier).min(log.frontier);
+            log.segments.push_back(Segment::new(start.max(log.retained_from)));
         }
         let active = log.segments.back_mut().expect("active segment");
         if active.size >= log.config.segment_size {
