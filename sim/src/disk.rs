@@ -113,6 +113,8 @@ pub struct SimDisk {
     /// Of those, bytes written to segment files (stamped batches) and to the WAL.
     pub segment_bytes_written: u64,
     pub wal_bytes_written: u64,
+    /// Segment files created (a first write to a file not there): sealed ones, and the active.
+    pub segments_created: u64,
     /// Writes refused because the disk was full (`capacity`).
     pub writes_refused_full: u64,
     /// Writes completed so far: numbers them for `sync`.
@@ -136,6 +138,7 @@ impl SimDisk {
             bytes_written: 0,
             segment_bytes_written: 0,
             wal_bytes_written: 0,
+            segments_created: 0,
             writes_refused_full: 0,
             completed_writes: 0,
             capacity: None,
@@ -181,6 +184,10 @@ impl SimDisk {
 
     pub fn submit_write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>) -> u64 {
         self.bytes_written += bytes.len() as u64;
+        let new_file = !self.files.contains_key(&file) && !self.in_flight.iter().any(|(_, other, ..)| *other == file);
+        if matches!(file.kind, FileKind::Segment(_)) && new_file {
+            self.segments_created += 1;
+        }
         match file.kind {
             FileKind::Segment(_) => self.segment_bytes_written += bytes.len() as u64,
             FileKind::Wal => self.wal_bytes_written += bytes.len() as u64,

@@ -148,8 +148,8 @@ pub struct StreamingCounters {
     /// Segments and messages retention dropped, on node 0 at the end (its partitions' sum).
     pub segments_retained_away: u64,
     pub messages_retained_away: u64,
-    /// Node 0's segment logs since its last start: segments sealed, stamped batch bytes appended;
-    /// and every byte node 0's disk was asked to write in the run.
+    /// Node 0's disk over the run: segments its logs sealed, stamped batch bytes written to
+    /// segment files, and every byte it was asked to write.
     pub segments_sealed: u64,
     pub segment_bytes: u64,
     pub disk_bytes_written: u64,
@@ -1450,12 +1450,10 @@ impl StreamingCluster {
             }
         }
 
-        for shard in self.nodes[0].shards.iter().map(Node::shard) {
-            for (_, segments) in shard.segment_logs() {
-                self.counters.segments_sealed += segments.counters.segments_sealed;
-            }
-        }
-        // From the disk, over the whole run (groups deleted since, shards restarted since).
+        // From the disk, over the whole run (groups deleted since, shards restarted since): every
+        // segment file node 0 created but the active one of each log open at the end.
+        let logs_open = self.nodes[0].shards.iter().map(Node::shard).flat_map(Shard::segment_logs).count() as u64;
+        self.counters.segments_sealed = self.nodes[0].disk.segments_created.saturating_sub(logs_open);
         self.counters.segment_bytes = self.nodes[0].disk.segment_bytes_written;
         self.counters.wal_bytes_written = self.nodes[0].disk.wal_bytes_written;
         self.counters.disk_bytes_written = self.nodes[0].disk.bytes_written;
