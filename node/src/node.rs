@@ -65,7 +65,7 @@ use crate::partition::request::{
 };
 use crate::reads::{self, Reader};
 use crate::routing::shard_of;
-use crate::shard::{MetadataPlane, Shard, ShardConfig, ShardEvent};
+use crate::shard::{MetadataPlane, Published, Shard, ShardConfig, ShardEvent};
 use crate::wire_view;
 
 /// Events a node buffers for its driver; past it the oldest go (drivers poll after every input).
@@ -269,8 +269,8 @@ pub struct Node {
     shard: Shard<MetadataMachine>,
     /// The committed metadata this shard reads (`None` until shard 0 first publishes).
     view: Option<MetadataView>,
-    /// Shard 0: the metadata op last handed to each shard (0: none yet).
-    published: Vec<u64>,
+    /// Shard 0: the metadata op and durable commit point last handed to each shard.
+    published: Vec<Option<(u64, u64)>>,
     /// Whether this process published metadata yet: the first view waits until the metadata
     /// replica is normal and has applied every commit it knows of, so that a restart does not
     /// publish a replayed state that still holds a partition deleted before the crash (whose
@@ -301,7 +301,7 @@ impl Node {
             config,
             shard,
             view: None,
-            published: vec![0; shards],
+            published: vec![None; shards],
             first_published: false,
             connections: BTreeMap::new(),
             clients: BTreeMap::new(),
@@ -650,22 +650,33 @@ impl Node {
         }
         self.first_published = true;
         let op = replica.commit_min();
-        if self.view.as_ref().is_none_or(|view| view.op != op) {
+        let commit_durable = replica.superblock_durable().commit_max;
+        let last = self.view.as_ref().map(|view| (view.op, view.commit_durable));
+        if last != Some((op, commit_durable)) {
+            let partitions = replica.state_machine().partitions();
+            // Groups this metadata deletes have their files removed only once the deletion is
+            // durably committed here (`Shard::start_removals`): make it so.
+            let deletes = self.view.as_ref().is_some_and(|view| {
+                view.partitions.iter().any(|(namespace, group)| partitions.get(namespace) != Some(group))
+            });
             let view = MetadataView {
                 op,
+                commit_durable,
                 metadata: Arc::new(replica.state_machine().metadata().clone()),
-                partitions: Arc::new(replica.state_machine().partitions()),
+                partitions: Arc::new(partitions),
             };
             self.on_metadata_view(io, view);
+            if deletes && self.config.shard.partition.bug != Some(Bug::DeletionNotDurable) {
+                self.with_groups_then(io, false, |shard, io| shard.persist_metadata_commit(io));
+            }
         }
         let view = self.view.clone().expect("just made");
         for shard in 1..self.config.shard.shards {
-            if self.published[shard as usize] == view.op + 1 {
+            if self.published[shard as usize] == Some((view.op, view.commit_durable)) {
                 continue;
             }
             match io.send_to_shard(shard, ShardMessage::Metadata(view.clone())) {
-                // Stored as op + 1 so that op 0 (genesis) counts as published too.
-                Ok(()) => self.published[shard as usize] = view.op + 1,
+                Ok(()) => self.published[shard as usize] = Some((view.op, view.commit_durable)),
                 Err(_) => self.counters.channel_full += 1,
             }
         }
@@ -673,8 +684,9 @@ impl Node {
 
     fn on_metadata_view(&mut self, io: &mut impl NodeIo, view: MetadataView) {
         let partitions = view.partitions.clone();
+        let at = Published { op: view.op, commit_durable: view.commit_durable };
         self.view = Some(view);
-        self.with_groups_then(io, false, |shard, io| shard.sync_partitions(io, &partitions));
+        self.with_groups_then(io, false, |shard, io| shard.sync_partitions(io, &partitions, at));
     }
 
     // Admission.

@@ -21,6 +21,8 @@ pub type ConnectionId = u64;
 #[derive(Clone, Debug)]
 pub struct MetadataView {
     pub op: u64,
+    /// The commit point the metadata replica's superblock holds (`Replica::persist_commit`).
+    pub commit_durable: u64,
     pub metadata: Arc<Metadata>,
     /// Every partition, with its incarnation (when it was created).
     pub partitions: Arc<BTreeMap<Namespace, crate::shard::PartitionGroup>>,

@@ -9,6 +9,9 @@
 //! partition deleted and created again is a new incarnation with its own cluster id
 //! (`routing::group_cluster`): its group is reopened, and a namespace is not reopened while its
 //! janitor still runs; a replica that finds an earlier incarnation's files wipes them itself.
+//! A janitor starts only once the metadata's durable commit point covers the deletion
+//! (`Published::commit_durable`): a restart then never publishes metadata that still holds the
+//! group and reopens it with its files half gone.
 //! Invariants: every hosted partition is owned by this shard (`routing::shard_of`), slots map
 //! one-to-one onto hosted groups, and the events buffered for the driver stay under
 //! `EVENTS_MAX`.
@@ -49,9 +52,29 @@ pub trait MetadataPlane: StateMachine {
     fn partitions(&self) -> BTreeMap<Namespace, PartitionGroup>;
 }
 
-/// Deleted groups whose files a shard removes at once; past it a deleted group's files stay
-/// (counted) until a new incarnation of its namespace wipes them.
+/// Janitors a shard runs at once; the other removals wait their turn in `removals`.
 pub const JANITORS_MAX: usize = 64;
+
+/// Deleted groups whose files wait for a janitor (for the deletion to be durable, or a free
+/// janitor); past it a deleted group's files stay (counted) until a new incarnation of its
+/// namespace wipes them.
+pub const REMOVALS_MAX: usize = 4096;
+
+/// Which committed metadata a publication is: the op it was applied to, and the commit point
+/// the metadata replica's superblock holds durably.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub op: u64,
+    pub commit_durable: u64,
+}
+
+/// A deleted group's files, to be removed once the metadata that deleted it (at `op` or
+/// before) is durably committed.
+#[derive(Clone, Copy, Debug)]
+struct Removal {
+    namespace: Namespace,
+    op: u64,
+}
 
 /// The removal of a deleted group's files: a listing, a remove per file, then the superblocks
 /// (last, so that a crash in between leaves a namespace a new incarnation still recognises).
@@ -156,12 +179,15 @@ impl Group<PartitionMachine> {
 }
 
 /// A closed group whose I/O is still in flight: its files are removed once the last completes.
+#[derive(Clone, Copy)]
 struct Closing {
     namespace: Namespace,
     in_flight: u32,
     /// Whether the files are the closed group's to remove (false for a group closed while its
     /// replica was still opening: they may be a newer incarnation's).
     remove_files: bool,
+    /// The metadata op that was published when the group closed (its deletion is at or before).
+    deleted_at: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -181,8 +207,8 @@ pub struct ShardCounters {
     pub frames_malformed: u64,
     /// Partitions the metadata holds that this shard could not open (`partitions_max`).
     pub partitions_refused: u64,
-    /// Deleted groups whose files were left in place (`JANITORS_MAX`, a listing that failed, or a
-    /// group closed while still opening): the next incarnation of the namespace wipes them.
+    /// Deleted groups whose files were left in place (`REMOVALS_MAX`, a listing that failed, or
+    /// a group closed while still opening): the next incarnation of the namespace wipes them.
     pub files_left: u64,
     /// Deleted groups whose files were removed.
     pub groups_removed: u64,
@@ -198,6 +224,8 @@ pub struct Shard<M: MetadataPlane> {
     closing: BTreeMap<u16, Closing>,
     /// The partitions last published, to open what a janitor held back once it is done.
     published: BTreeMap<Namespace, PartitionGroup>,
+    published_at: Published,
+    removals: VecDeque<Removal>,
     events: VecDeque<ShardEvent>,
     /// Segment-log reads finished and not yet taken by the node: at most one per read it parked
     /// (`node::PARKED_READS_MAX`).
@@ -219,6 +247,8 @@ impl<M: MetadataPlane> Shard<M> {
             janitors: BTreeMap::new(),
             closing: BTreeMap::new(),
             published: BTreeMap::new(),
+            published_at: Published::default(),
+            removals: VecDeque::new(),
             events: VecDeque::new(),
             segment_reads: VecDeque::new(),
             counters: ShardCounters::default(),
@@ -347,15 +377,14 @@ impl<M: MetadataPlane> Shard<M> {
             // A group closed since: once its last request is done, its files go.
             closing.in_flight -= 1;
             if closing.in_flight == 0 {
-                let (namespace, remove_files) = (closing.namespace, closing.remove_files);
+                let Closing { namespace, remove_files, deleted_at, .. } = *closing;
                 self.closing.remove(&slot);
                 if remove_files {
-                    self.remove_files(io, namespace);
+                    self.remove_files(io, namespace, deleted_at);
                 } else {
                     self.counters.files_left += 1;
                     // The namespace may have been published again meanwhile.
-                    let published = std::mem::take(&mut self.published);
-                    self.sync_partitions(io, &published);
+                    self.sync_again(io);
                 }
             }
             return;
@@ -383,6 +412,14 @@ impl<M: MetadataPlane> Shard<M> {
         self.drain_events(namespace);
     }
 
+    /// Shard 0: makes the metadata replica's commit point durable (metadata that deleted groups
+    /// was published: their janitors wait for it).
+    pub fn persist_metadata_commit(&mut self, io: &mut impl Io) {
+        if let Some(group) = self.metadata.as_mut() {
+            group.replica.persist_commit(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
+        }
+    }
+
     pub fn tick(&mut self, io: &mut impl Io) {
         if let Some(group) = self.metadata.as_mut() {
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
@@ -401,9 +438,16 @@ impl<M: MetadataPlane> Shard<M> {
     /// Opens the group of every published partition this shard owns and does not host yet, and
     /// closes (and removes the files of) the groups of partitions the metadata no longer holds,
     /// or holds in a newer incarnation.
-    pub fn sync_partitions(&mut self, io: &mut impl Io, published: &BTreeMap<Namespace, PartitionGroup>) {
+    pub fn sync_partitions(
+        &mut self,
+        io: &mut impl Io,
+        published: &BTreeMap<Namespace, PartitionGroup>,
+        at: Published,
+    ) {
         let (shard, shards) = (self.config.shard, self.config.shards);
+        assert!(at.op >= self.published_at.op, "metadata is published in commit order");
         self.published = published.clone();
+        self.published_at = at;
         let gone: Vec<Namespace> = self
             .partitions
             .iter()
@@ -423,12 +467,13 @@ impl<M: MetadataPlane> Shard<M> {
                 assert_eq!(group.in_flight, 0, "a superseded replica asks for nothing");
             } else if group.in_flight == 0 {
                 if remove_files {
-                    self.remove_files(io, namespace);
+                    self.remove_files(io, namespace, at.op);
                 } else {
                     self.counters.files_left += 1;
                 }
             } else {
-                self.closing.insert(group.slot, Closing { namespace, in_flight: group.in_flight, remove_files });
+                let in_flight = group.in_flight;
+                self.closing.insert(group.slot, Closing { namespace, in_flight, remove_files, deleted_at: at.op });
             }
         }
         for (&namespace, &PartitionGroup { incarnation, enforce_fsync }) in
@@ -441,6 +486,7 @@ impl<M: MetadataPlane> Shard<M> {
             }
             if self.janitors.values().any(|janitor| janitor.namespace == namespace)
                 || self.closing.values().any(|closing| closing.namespace == namespace)
+                || self.removals.iter().any(|removal| removal.namespace == namespace)
             {
                 continue;
             }
@@ -471,21 +517,45 @@ impl<M: MetadataPlane> Shard<M> {
             self.drain_events(namespace);
         }
         assert_eq!(self.slots.len(), self.partitions.len() + self.metadata.is_some() as usize);
+        self.start_removals(io);
     }
 
-    /// Starts removing a closed group's files.
-    fn remove_files(&mut self, io: &mut impl Io, namespace: Namespace) {
+    fn sync_again(&mut self, io: &mut impl Io) {
+        let published = std::mem::take(&mut self.published);
+        self.sync_partitions(io, &published, self.published_at);
+    }
+
+    /// Queues the removal of a closed group's files, deleted by metadata op `deleted_at` or before.
+    fn remove_files(&mut self, io: &mut impl Io, namespace: Namespace, deleted_at: u64) {
         if self.config.partition.bug == Some(Bug::DeletedGroupsKeepTheirFiles) {
             return;
         }
-        if self.janitors.len() == JANITORS_MAX {
+        if self.removals.len() == REMOVALS_MAX {
             self.counters.files_left += 1;
             return;
         }
-        let slot = self.next_slot();
-        let mut janitor = Janitor { namespace, outstanding: 0, superblocks_left: true };
-        GroupIo::new(io, slot, &mut janitor.outstanding).list(namespace, Token(JANITOR_LIST));
-        self.janitors.insert(slot, janitor);
+        self.removals.push_back(Removal { namespace, op: deleted_at });
+        self.start_removals(io);
+    }
+
+    /// Deleted groups whose files wait for the deletion to be durable (or for a janitor).
+    pub fn removals_waiting(&self) -> usize {
+        self.removals.len()
+    }
+
+    /// Starts a janitor for each removal whose deletion the metadata holds durably, in order.
+    fn start_removals(&mut self, io: &mut impl Io) {
+        let hasty = self.config.partition.bug == Some(Bug::DeletionNotDurable);
+        while let Some(removal) = self.removals.front().copied() {
+            if self.janitors.len() == JANITORS_MAX || (removal.op > self.published_at.commit_durable && !hasty) {
+                return;
+            }
+            self.removals.pop_front();
+            let slot = self.next_slot();
+            let mut janitor = Janitor { namespace: removal.namespace, outstanding: 0, superblocks_left: true };
+            GroupIo::new(&mut *io, slot, &mut janitor.outstanding).list(removal.namespace, Token(JANITOR_LIST));
+            self.janitors.insert(slot, janitor);
+        }
     }
 
     fn on_janitor_completion(&mut self, io: &mut impl Io, slot: u16, completion: Completion) {
@@ -522,8 +592,7 @@ impl<M: MetadataPlane> Shard<M> {
         self.janitors.remove(&slot);
         self.counters.groups_removed += 1;
         // The namespace may have been published again meanwhile.
-        let published = std::mem::take(&mut self.published);
-        self.sync_partitions(io, &published);
+        self.sync_again(io);
     }
 
     /// A slot no hosted group uses; slots go round before one is reused, so a late completion

@@ -48,10 +48,14 @@ pub enum Bug {
     /// header may name a batch no log holds, a prepare its replica keeps as possibly acknowledged
     /// (never nacked) that no replica can give back.
     WalHeadersBeforeLog,
+    /// A node removes a deleted group's files as soon as it applies the deletion, and does not
+    /// make its metadata's commit point durable first: a restart may then publish the older
+    /// metadata, reopen the group and find its checkpoint gone.
+    DeletionNotDurable,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 15] = [
+    pub const ALL: [Bug; 16] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -67,6 +71,7 @@ impl Bug {
         Bug::LogDurabilityIgnored,
         Bug::SegmentLogTrustsItsTail,
         Bug::WalHeadersBeforeLog,
+        Bug::DeletionNotDurable,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

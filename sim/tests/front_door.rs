@@ -12,7 +12,7 @@ use vireo_node::node::{Node, NodeConfig, NodeEvent, OPERATION_LOGOUT, OPERATION_
 use vireo_node::partition::request::{
     OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
 };
-use vireo_node::shard::ShardConfig;
+use vireo_node::shard::{MetadataPlane, ShardConfig, ShardEvent};
 use vireo_node::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{Command, Header, Message};
@@ -121,6 +121,21 @@ struct World {
     session: u64,
     request: u64,
     channels_full: bool,
+    node_configs: Vec<NodeConfig>,
+    /// Groups failed (`ReplicaEvent::Failed`), as "namespace: what".
+    failures: Vec<String>,
+    /// Deleted groups watched after every step (`watch_deletion`).
+    watch: Option<DeletionWatch>,
+}
+
+/// Checks after every step that a deleted group's files are gone only once the metadata holds
+/// its deletion durably.
+struct DeletionWatch {
+    namespaces: Vec<Namespace>,
+    /// The metadata op at which the groups were first seen deleted.
+    deleted_at: Option<u64>,
+    /// Steps at which the files were gone before the deletion was durable.
+    early: Vec<String>,
 }
 
 impl World {
@@ -149,6 +164,9 @@ impl World {
             session: 0,
             request: 1,
             channels_full: false,
+            node_configs: Vec::new(),
+            failures: Vec::new(),
+            watch: None,
         };
         for shard in 0..SHARDS {
             let node_config = NodeConfig {
@@ -165,14 +183,54 @@ impl World {
                 roster: Vec::new(),
                 password_cost: PasswordCost::Test,
             };
-            let node = world.with_io(shard, |io| Node::open(node_config, io));
-            world.shards.push(node);
+            world.node_configs.push(node_config);
         }
+        world.open_nodes();
         world.settle();
         assert!(!world.open_connection(CONNECTION), "the first connection fits");
         world.settle();
         world.story.clear();
         world
+    }
+
+    fn open_nodes(&mut self) {
+        for config in self.node_configs.clone() {
+            let node = self.with_io(config.shard.shard, |io| Node::open(config, io));
+            self.shards.push(node);
+        }
+    }
+
+    /// The node's process is killed (every completed write stays) and started again.
+    fn restart(&mut self) {
+        self.disk.crash_process(&mut self.rng);
+        self.shards.clear();
+        self.work.clear();
+        self.replies.clear();
+        self.open_nodes();
+        self.settle();
+        for _ in 0..20 {
+            self.now += 10_000_000;
+            for shard in 0..SHARDS {
+                self.run(shard, |node, io| node.tick(io));
+            }
+            self.settle();
+        }
+    }
+
+    fn watch_step(&mut self) {
+        let Some(watch) = self.watch.as_mut() else { return };
+        let Some(metadata) = self.shards.first().and_then(|node| node.shard().metadata()) else { return };
+        let partitions = metadata.state_machine().partitions();
+        if watch.deleted_at.is_none() && watch.namespaces.iter().all(|namespace| !partitions.contains_key(namespace)) {
+            watch.deleted_at = Some(metadata.commit_min());
+        }
+        let durable = metadata.superblock_durable().commit_max;
+        for namespace in &watch.namespaces {
+            let gone = self.disk.list(*namespace).is_empty();
+            if gone && watch.deleted_at.is_none_or(|op| durable < op) {
+                watch.early.push(format!("{namespace:?} gone, deleted at {:?}, durable {durable}", watch.deleted_at));
+            }
+        }
     }
 
     /// Opens a connection on shard 1; true when the node closed it at once.
@@ -233,11 +291,15 @@ impl World {
         };
         action(node, &mut io);
         while let Some(event) = node.poll_event() {
+            if let NodeEvent::Replica(ShardEvent { namespace, event: ReplicaEvent::Failed { what, .. }, .. }) = &event {
+                self.failures.push(format!("{namespace:?}: {what}"));
+            }
             if let Some(line) = tell(shard, &event) {
                 self.story.push(line);
             }
         }
         self.absorb(shard, asks);
+        self.watch_step();
     }
 
     /// Carries out every ask until nothing is left, with a tick now and then.
@@ -686,6 +748,46 @@ fn a_deleted_topic_does_not_come_back_with_a_new_one() {
     assert_eq!(recreate_a_topic(None), (0, 0), "the new topic starts empty");
     let (resurrected, next_offset) = recreate_a_topic(Some(Bug::DeletedGroupsKeepTheirFiles));
     assert_eq!((resurrected, next_offset), (2, 2), "the planted bug resurrects the old messages");
+}
+
+/// Deletes a topic of two partitions with messages in it, watching every step, and restarts the
+/// node: returns the steps at which the groups' files were gone before the metadata's commit
+/// point held the deletion, whether the files are gone in the end, and the groups that failed
+/// after the restart.
+fn delete_a_topic_and_restart(bug: Option<Bug>) -> (Vec<String>, bool, Vec<String>) {
+    let mut world = World::with_bug(bug);
+    setup(&mut world);
+    assert_eq!(world.command(send(1, &[7, 8])).0.status, 0);
+    assert_eq!(world.command(send(0, &[9])).0.status, 0);
+    let namespaces = vec![Namespace::partition(0, 0, 0), Namespace::partition(0, 0, 1)];
+    assert!(namespaces.iter().all(|namespace| !world.disk.list(*namespace).is_empty()), "the groups have files");
+    world.watch = Some(DeletionWatch { namespaces: namespaces.clone(), deleted_at: None, early: Vec::new() });
+    assert_eq!(world.command(ClientRequest::DeleteTopic { stream: id(0), topic: id(0) }).0.status, 0);
+    for _ in 0..20 {
+        world.now += 10_000_000;
+        for shard in 0..SHARDS {
+            world.run(shard, |node, io| node.tick(io));
+        }
+        world.settle();
+    }
+    let early = world.watch.take().expect("set").early;
+    let gone = namespaces.iter().all(|namespace| world.disk.list(*namespace).is_empty());
+    world.restart();
+    (early, gone, world.failures)
+}
+
+/// A deleted topic's files go, and only once the metadata's commit point that deleted it is
+/// durable: a restart then cannot publish metadata that still holds the topic and reopen its
+/// groups with their checkpoints gone. The planted bug that removes them at once is seen.
+#[test]
+fn a_deleted_topics_files_go_once_its_deletion_is_durably_committed() {
+    let (early, gone, failures) = delete_a_topic_and_restart(None);
+    assert!(early.is_empty(), "files gone before the deletion was durable: {early:?}");
+    assert!(gone, "the deleted groups' files are removed");
+    assert!(failures.is_empty(), "after the restart: {failures:?}");
+    let (early, gone, _) = delete_a_topic_and_restart(Some(Bug::DeletionNotDurable));
+    assert!(gone);
+    assert!(!early.is_empty(), "the planted bug removes the files before the deletion is durable");
 }
 
 /// A closed connection frees the sessions the node opened for it in partition groups.

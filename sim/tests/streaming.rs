@@ -98,7 +98,7 @@ fn a_group_that_acknowledges_before_its_sync_is_caught() {
 /// the log that was committed.
 #[test]
 fn a_poll_served_past_the_commit_point_is_caught() {
-    let (seed, code, message) = first_caught_on_three_heavy(Bug::PollPastCommit, 100);
+    let (seed, code, message) = first_caught_on_three_heavy(Bug::PollPastCommit, 600);
     assert_eq!(code, 129, "seed {seed}: {message}");
     assert!(message.contains("inconsistent offsets") || message.contains("unknown value"), "seed {seed}: {message}");
 }
@@ -201,13 +201,16 @@ fn a_segment_log_that_ignores_seals_is_caught() {
 #[test]
 fn a_group_that_does_not_wait_for_its_segment_log_is_caught() {
     install_panic_hook();
-    let overrides = Overrides { replicas: Some(1), ..streaming() };
-    let (seed, code, message) = (0..300)
+    // Large batches wrap the WAL (64 slots) long before the log's flush thresholds sync it:
+    // power losses then find batches that only the log was to keep (about 3% of seeds; 0.2% at
+    // normal volume).
+    let overrides = Overrides { replicas: Some(1), volume: Some(Volume::Large), ..streaming() };
+    let (seed, code, message) = (0..150)
         .find_map(|seed| {
             let report = run_seed(seed, &overrides, Some(Bug::LogDurabilityIgnored));
             (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
         })
-        .expect("log-durability-ignored caught within 300 seeds");
+        .expect("log-durability-ignored caught within 150 seeds");
     assert_eq!(code, 128, "seed {seed}: {message}");
     assert!(message.contains("log=0.."), "seed {seed}: {message}");
 }
@@ -278,11 +281,13 @@ fn large_batches_are_written_once_on_a_replica() {
 #[test]
 fn a_wal_header_written_before_the_log_holds_its_batches_is_caught() {
     install_panic_hook();
-    let overrides = Overrides { faults: Some(FaultLevel::Heavy), ..streaming() };
-    let (seed, report) = (0..120)
+    // Two nodes on one shard each: a shared power feed takes both, and with them every copy of
+    // a batch the log had not synced (under 1% of seeds: the first catch is seed 128).
+    let overrides = Overrides { replicas: Some(2), shards: Some(1), faults: Some(FaultLevel::Heavy), ..streaming() };
+    let (seed, report) = (0..400)
         .map(|seed| (seed, run_seed(seed, &overrides, Some(Bug::WalHeadersBeforeLog))))
         .find(|(_, report)| report.exit_code != 0)
-        .expect("wal-headers-before-log caught within 120 heavy seeds");
+        .expect("wal-headers-before-log caught within 400 heavy two-node seeds");
     assert_eq!(report.exit_code, 128, "seed {seed}: {}", report.message);
     let clean = run_seed(seed, &overrides, None);
     assert_eq!(clean.exit_code, 0, "seed {seed} without the bug: {}", clean.message);

@@ -490,6 +490,24 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Makes the commit point durable: once the superblock this starts is on disk, a restart
+    /// recovers `commit_max` at least at today's `commit_min`, so the replica does not call
+    /// itself caught up (and its node does not publish its state) before it has applied again
+    /// every op it applied so far. A node removes a deleted group's files only after that: a
+    /// restart then cannot reopen the group from older metadata and find its files half gone.
+    pub fn persist_commit(&mut self, io: &mut impl Io) {
+        let commit = self.commit_min;
+        let covered = |superblock: &Superblock| superblock.vsr_state.commit_max >= commit;
+        if self.status == Status::Opening
+            || covered(&self.superblock.durable)
+            || self.superblock.dirty
+            || self.superblock.writing.as_ref().is_some_and(covered)
+        {
+            return;
+        }
+        self.superblock_update(io);
+    }
+
     pub(super) fn superblock_update(&mut self, io: &mut impl Io) {
         self.superblock.dirty = true;
         self.superblock_flush(io);

@@ -202,10 +202,10 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// A checkpoint that does not match what its superblock says of it is gone or damaged: the
-    /// snapshot file of a group whose deletion a crash interrupted (its files go before its
-    /// superblocks), or a device that lost it. The replica stops, loudly, rather than run on a
-    /// state it cannot trust; a deleted group's replica is then closed and its files removed.
+    /// A checkpoint that does not match what its superblock says of it is gone or damaged: a
+    /// device lost it (a node removes a deleted group's files, superblocks last, only once the
+    /// deletion is durably committed, so a restart does not reopen such a group). The replica
+    /// stops, loudly, rather than run on a state it cannot trust.
     fn open_snapshot_read(&mut self, io: &mut impl Io, bytes: &[u8]) {
         let state = self.superblock_durable().clone();
         if checksum64(bytes) != state.snapshot_checksum {
