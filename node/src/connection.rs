@@ -9,9 +9,16 @@
 //! answered, so that a request is applied once however often it is re-sent, also across view
 //! changes.
 //!
+//! A group's client table answers one request per session (VSR's rule): a later number that
+//! overtakes an earlier one on the way (a drop, a full channel, a view change) would make the
+//! earlier one stale, never applied and never answered. So a connection that pipelines has one
+//! request at a time in each group; the others wait, in the order the client sent them
+//! (`Stage::Queued`), and are applied in that order.
+//!
 //! Invariants: a connection has at most `IN_FLIGHT_MAX` requests in flight and at most
 //! `GROUP_SESSIONS_MAX` partition-group sessions (the least recently used goes); a request in
-//! flight to a partition group is either waiting for its group's session or was sent with it.
+//! flight to a partition group is either waiting for its group's session, queued behind an
+//! earlier request to the same group, or was sent with it; at most one per group is sent.
 
 use std::collections::BTreeMap;
 
@@ -109,6 +116,8 @@ pub enum Stage {
     Register,
     /// Answered by its group; waiting for the requests it fanned out (a purge's partitions).
     Fanning,
+    /// Waiting for an earlier request of this connection to the same group to be answered.
+    Queued,
 }
 
 #[derive(Clone, Debug)]
@@ -210,6 +219,28 @@ impl Connection {
         self.in_flight
             .iter()
             .filter(|(_, in_flight)| in_flight.group == group && in_flight.stage == Stage::OpeningSession)
+            .map(|(key, _)| *key)
+            .collect()
+    }
+
+    /// Whether a request to `group` is out there or waiting its turn: a new one queues behind.
+    pub fn occupied(&self, group: Namespace) -> bool {
+        self.in_flight.values().any(|in_flight| in_flight.group == group && in_flight.stage != Stage::Fanning)
+    }
+
+    /// The oldest queued request of each group that nothing of this connection occupies any
+    /// more: the ones to send now (`all`: every queued one, for the planted bug that lets
+    /// pipelined requests overtake each other).
+    pub fn due_from_queue(&self, all: bool) -> Vec<u64> {
+        let mut taken: std::collections::BTreeSet<Namespace> = self
+            .in_flight
+            .values()
+            .filter(|in_flight| !matches!(in_flight.stage, Stage::Fanning | Stage::Queued))
+            .map(|in_flight| in_flight.group)
+            .collect();
+        self.in_flight
+            .iter()
+            .filter(|(_, in_flight)| in_flight.stage == Stage::Queued && (taken.insert(in_flight.group) || all))
             .map(|(key, _)| *key)
             .collect()
     }

@@ -1175,6 +1175,8 @@ impl Node {
         let (kind, body) = self.metadata_body(io, user_id, &header, body)?;
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         conn.last_request = conn.last_request.max(header.request);
+        let overtake = self.config.shard.partition.bug == Some(Bug::PipelinedRequestsOvertake);
+        let queued = conn.occupied(Namespace::METADATA) && !overtake;
         let mut request = header;
         request.user_id = user_id;
         request.group = group_of(Namespace::METADATA);
@@ -1184,7 +1186,7 @@ impl Node {
             operation: header.operation,
             group: Namespace::METADATA,
             kind,
-            stage: Stage::Sent { request: header.request },
+            stage: if queued { Stage::Queued } else { Stage::Sent { request: header.request } },
             header: request,
             body,
             sent_tick: self.tick,
@@ -1387,8 +1389,12 @@ impl Node {
         }
         let opening = !conn.group_sessions.contains_key(&group);
         let already_opening = conn.opening(group);
+        let overtake = self.config.shard.partition.bug == Some(Bug::PipelinedRequestsOvertake);
+        let queued = !opening && conn.occupied(group) && !overtake;
         let stage = if opening {
             Stage::OpeningSession
+        } else if queued {
+            Stage::Queued
         } else {
             let (session, number) = conn.next_request(group, tick);
             request.session = session;
@@ -1419,7 +1425,7 @@ impl Node {
                 self.event(NodeEvent::SessionOpening { connection, group });
                 self.send_in_flight(io, connection, key);
             }
-        } else {
+        } else if !queued {
             self.send_in_flight(io, connection, key);
         }
         Ok(())
@@ -1446,6 +1452,8 @@ impl Node {
             Stage::Sent { .. } | Stage::Register => Message::new(in_flight.header, in_flight.body.clone()).encode(),
             // Its group answered; what it waits for are other requests in flight.
             Stage::Fanning => return,
+            // Its turn comes once the request before it in its group is answered.
+            Stage::Queued => return,
         };
         let header = Header::decode(&frame).expect("a frame of our own");
         self.route_to_group(io, &header, frame);
@@ -1471,6 +1479,9 @@ impl Node {
                     gone.push((*connection, *key));
                     continue;
                 }
+                if in_flight.stage == Stage::Queued {
+                    continue;
+                }
                 // One register per group is enough.
                 if in_flight.stage == Stage::OpeningSession && !opening.insert(in_flight.group) {
                     continue;
@@ -1480,11 +1491,15 @@ impl Node {
         }
         for (connection, key) in gone {
             let conn = self.connections.get_mut(&connection).expect("listed");
-            let in_flight = conn.in_flight.remove(&key).expect("listed");
+            let Some(in_flight) = conn.in_flight.remove(&key) else {
+                // A purge answered (and took) it as the one before it went.
+                continue;
+            };
             match in_flight.kind {
                 ReplyKind::PurgePartition { parent } => self.on_purge_partition_done(io, connection, parent),
                 _ => self.answer_in_flight(io, connection, &in_flight, None, STATUS_PARTITION_NOT_FOUND, Vec::new()),
             }
+            self.send_queued(io, connection);
         }
         for (connection, key) in due {
             self.counters.resends += 1;
@@ -1522,8 +1537,50 @@ impl Node {
     }
 
     /// A group's reply for a client of this shard: the request in flight it answers gets its
-    /// reply (or, for a session being opened, the requests waiting for it go out).
+    /// reply (or, for a session being opened, the requests waiting for it go out), and the
+    /// request queued next behind it in its group goes.
     fn on_client_reply(&mut self, io: &mut impl NodeIo, frame: &[u8]) {
+        let connection = Header::decode(frame).ok().and_then(|header| self.clients.get(&header.client).copied());
+        self.on_group_reply(io, frame);
+        if let Some(connection) = connection {
+            self.send_queued(io, connection);
+        }
+    }
+
+    /// Sends each group's next queued request of `connection`, now that nothing is ahead of it.
+    fn send_queued(&mut self, io: &mut impl NodeIo, connection: ConnectionId) {
+        let tick = self.tick;
+        let Some(conn) = self.connections.get(&connection) else { return };
+        let overtake = self.config.shard.partition.bug == Some(Bug::PipelinedRequestsOvertake);
+        for key in conn.due_from_queue(overtake) {
+            let group = self.connections[&connection].in_flight[&key].group;
+            let incarnation = self.incarnation_of(group);
+            let conn = self.connections.get_mut(&connection).expect("still here");
+            if conn.group_sessions.get(&group).is_some_and(|session| session.incarnation != incarnation) {
+                conn.group_sessions.remove(&group);
+            }
+            let open = group.is_metadata() || conn.group_sessions.contains_key(&group);
+            let number = (open && !group.is_metadata()).then(|| conn.next_request(group, tick));
+            let in_flight = conn.in_flight.get_mut(&key).expect("listed");
+            in_flight.sent_tick = tick;
+            in_flight.stage = match number {
+                _ if group.is_metadata() => Stage::Sent { request: in_flight.header.request },
+                Some((session, number)) => {
+                    in_flight.header.session = session;
+                    in_flight.header.request = number;
+                    Stage::Sent { request: number }
+                }
+                // The session went meanwhile (evicted, or dropped as least recently used).
+                None => Stage::OpeningSession,
+            };
+            if !open {
+                self.event(NodeEvent::SessionOpening { connection, group });
+            }
+            self.send_in_flight(io, connection, key);
+        }
+    }
+
+    fn on_group_reply(&mut self, io: &mut impl NodeIo, frame: &[u8]) {
         let Ok(message) = Message::decode(frame, true) else {
             self.counters.frames_malformed += 1;
             return;
@@ -1572,16 +1629,10 @@ impl Node {
             let conn = self.connections.get_mut(&connection).expect("clients map onto connections");
             conn.open_session(group, incarnation, header.session, header.request, tick);
             self.event(NodeEvent::SessionOpened { connection, group, session: header.session });
+            // The requests that waited for the session go in the order they came, one at a time.
             let conn = self.connections.get_mut(&connection).expect("still here");
-            let waiting = conn.waiting_for_session(group);
-            for key in waiting {
-                let conn = self.connections.get_mut(&connection).expect("still here");
-                let (session, number) = conn.next_request(group, tick);
-                let in_flight = conn.in_flight.get_mut(&key).expect("listed");
-                in_flight.header.session = session;
-                in_flight.header.request = number;
-                in_flight.stage = Stage::Sent { request: number };
-                self.send_in_flight(io, connection, key);
+            for key in conn.waiting_for_session(group) {
+                conn.in_flight.get_mut(&key).expect("listed").stage = Stage::Queued;
             }
             return;
         }

@@ -52,10 +52,14 @@ pub enum Bug {
     /// make its metadata's commit point durable first: a restart may then publish the older
     /// metadata, reopen the group and find its checkpoint gone.
     DeletionNotDurable,
+    /// A node sends a connection's pipelined requests to a group all at once: a later one
+    /// that overtakes an earlier one on the way makes the earlier one stale in the group's
+    /// client table, never applied and never answered.
+    PipelinedRequestsOvertake,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 17] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -72,6 +76,7 @@ impl Bug {
         Bug::SegmentLogTrustsItsTail,
         Bug::WalHeadersBeforeLog,
         Bug::DeletionNotDurable,
+        Bug::PipelinedRequestsOvertake,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.
