@@ -124,6 +124,10 @@ pub enum Stage {
 pub struct InFlight {
     /// The request number the client sent (answered back in the reply header).
     pub client_request: u64,
+    /// The request_checksum the client stamped (0 if none), answered back in the reply header:
+    /// a client that pipelines matches its replies by it, since requests to different groups
+    /// are answered in the order their groups commit them.
+    pub client_checksum: u128,
     pub operation: u8,
     pub group: Namespace,
     pub kind: ReplyKind,

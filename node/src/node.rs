@@ -256,6 +256,14 @@ struct EndingSession {
     attempts: u32,
 }
 
+/// What a client's request said of itself, answered back in its reply header.
+#[derive(Clone, Copy, Debug)]
+struct ClientRef {
+    request: u64,
+    checksum: u128,
+    operation: u8,
+}
+
 /// Sessions a shard ends at once; past it a closed client stays in its groups until its session
 /// is evicted (counted).
 pub const ENDING_SESSIONS_MAX: usize = 1024;
@@ -773,6 +781,7 @@ impl Node {
         // which credential was checked, for the metadata group to check again as it applies.
         let in_flight = InFlight {
             client_request: 0,
+            client_checksum: header.parent,
             operation: OPERATION_REGISTER,
             group: Namespace::METADATA,
             kind: ReplyKind::Login { user_id },
@@ -1183,6 +1192,7 @@ impl Node {
         request.origin = Some(conn.origin);
         let in_flight = InFlight {
             client_request: header.request,
+            client_checksum: header.parent,
             operation: header.operation,
             group: Namespace::METADATA,
             kind,
@@ -1353,7 +1363,8 @@ impl Node {
         header: &Header,
         admitted: Admitted,
     ) -> Result<(), u32> {
-        self.submit_as(io, connection, header.request, header.operation, admitted, false)
+        let client = ClientRef { request: header.request, checksum: header.parent, operation: header.operation };
+        self.submit_as(io, connection, client, admitted, false)
     }
 
     /// `child`: a part of a request already admitted (a purge's partition), which may go over
@@ -1362,11 +1373,11 @@ impl Node {
         &mut self,
         io: &mut impl NodeIo,
         connection: ConnectionId,
-        client_request: u64,
-        client_operation: u8,
+        client: ClientRef,
         admitted: Admitted,
         child: bool,
     ) -> Result<(), u32> {
+        let ClientRef { request: client_request, checksum: client_checksum, operation: client_operation } = client;
         let (client, user_id, _) = self.logged_in(connection)?;
         let tick = self.tick;
         let incarnation = self.incarnation_of(admitted.group);
@@ -1403,6 +1414,7 @@ impl Node {
         };
         let in_flight = InFlight {
             client_request,
+            client_checksum,
             operation: client_operation,
             group,
             kind: admitted.kind,
@@ -1677,9 +1689,9 @@ impl Node {
         let conn = &self.connections[&connection];
         let mut reply = Header::new(Command::Reply, self.config.shard.metadata.cluster, self.node_index());
         reply.client = in_flight.header.client;
+        reply.parent = in_flight.client_checksum;
         if let Some(group_reply) = group_reply {
             reply.view = group_reply.view;
-            reply.parent = group_reply.parent;
             reply.op = group_reply.op;
             reply.commit = group_reply.commit;
             reply.timestamp = group_reply.timestamp;
@@ -1744,7 +1756,11 @@ impl Node {
         loop {
             let conn = self.connections.get_mut(&connection).expect("checked by the caller");
             let Some(parent) = conn.in_flight.get_mut(&key) else { return };
-            let (client_request, operation) = (parent.client_request, parent.operation);
+            let client = ClientRef {
+                request: parent.client_request,
+                checksum: parent.client_checksum,
+                operation: parent.operation,
+            };
             let ReplyKind::Purge { waiting, outstanding, reply } = &mut parent.kind else { return };
             if waiting.is_empty() && *outstanding == 0 {
                 let body = std::mem::take(reply);
@@ -1763,7 +1779,7 @@ impl Node {
                 request: PartitionRequest::Purge { partition },
                 kind: ReplyKind::PurgePartition { parent: key },
             };
-            if self.submit_as(io, connection, client_request, operation, admitted, true).is_err() {
+            if self.submit_as(io, connection, client, admitted, true).is_err() {
                 // The login went: nothing more to do for it.
                 return;
             }

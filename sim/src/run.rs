@@ -193,7 +193,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
         let seconds = (cluster.tick * TICK_NS) as f64 / 1e9;
         report.streaming = Some(format!(
             "messages_acked={} bytes_acked={} messages_polled={} acked_per_sim_s={:.0} acked_bytes_per_sim_s={:.0} \
-             indeterminate={} channel_full_drops={} denials={} assignments_checked={} connections={} \
+             indeterminate={} sends_pipelined={} churn_values_checked={} channel_full_drops={} denials={} assignments_checked={} connections={} \
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
@@ -207,6 +207,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.messages_acked as f64 / seconds.max(1e-9),
             counters.bytes_acked as f64 / seconds.max(1e-9),
             counters.sends_indeterminate,
+            counters.sends_pipelined,
+            counters.churn_values_checked,
             counters.channel_full_drops,
             counters.denials,
             counters.assignments_checked,

@@ -898,7 +898,9 @@ fn polled_ids(body: &[u8]) -> Vec<u128> {
 /// the first to each group sent while the channels between shards are full (so that it is
 /// dropped and sent again later); returns the world, the request numbers of the creates and
 /// the answers, as many as come within a bounded wait.
-fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>) {
+/// The world after, the create requests' numbers, the answers and the requests' stamped
+/// checksums.
+fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>, Vec<u128>) {
     let mut world = World::with_bug(bug);
     setup(&mut world);
     let mut frames = Vec::new();
@@ -913,7 +915,10 @@ fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>) {
     // Two sends to each partition: the node numbers them in the group itself.
     for (partition, values) in [(0, [51, 52]), (0, [53, 54]), (1, [61, 62]), (1, [63, 64])] {
         let body = send(partition, &values).encode();
-        frames.push((world.request, Message::new(world.header(OPERATION_SEND_MESSAGES, world.request), body).encode()));
+        let mut header = world.header(OPERATION_SEND_MESSAGES, world.request);
+        // Stamped, as a pipelining client does, to tell the replies apart.
+        header.parent = checksum64(&body) as u128;
+        frames.push((world.request, Message::new(header, body).encode()));
     }
     // The first of each group crosses to another shard while the channels are full.
     world.channels_full = true;
@@ -938,7 +943,8 @@ fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>) {
             world.run(shard, |node, io| node.tick(io));
         }
     }
-    (world, [frames[0].0, frames[1].0], answers)
+    let stamped = frames.iter().map(|(_, frame)| Header::decode(frame).expect("a header").parent).collect();
+    (world, [frames[0].0, frames[1].0], answers, stamped)
 }
 
 /// A client that pipelines gets every request answered, each applied once and in the order it
@@ -947,12 +953,15 @@ fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>) {
 /// a stale retry, never apply it and never answer it, which the planted bug shows.
 #[test]
 fn pipelined_requests_are_applied_once_and_in_the_order_sent() {
-    let (_, _, answers) = pipeline(Some(Bug::PipelinedRequestsOvertake));
+    let (_, _, answers, _) = pipeline(Some(Bug::PipelinedRequestsOvertake));
     println!("with the bug: {} of 6 answered", answers.len());
     assert!(answers.len() < 6, "with the bug an overtaken request is never answered: {}", answers.len());
-    let (mut world, creates, answers) = pipeline(None);
+    let (mut world, creates, answers, stamped) = pipeline(None);
     assert_eq!(answers.len(), 6, "every pipelined request is answered:\n{}", world.story.join("\n"));
     assert!(answers.iter().all(|answer| answer.header.status == 0), "{}", world.story.join("\n"));
+    // Each reply carries its request's request_checksum back, whichever group answered first.
+    let set = |checksums: Vec<u128>| checksums.into_iter().collect::<std::collections::BTreeSet<u128>>();
+    assert_eq!(set(answers.iter().map(|answer| answer.header.parent).collect()), set(stamped));
     // A create answers with the stream's details, its id first.
     let created_id = |request: u64| {
         let answer = answers.iter().find(|answer| answer.header.request == request).expect("answered");

@@ -2,7 +2,11 @@
 //! (`PROTOCOL.md`): one connection to one node at a time, one login (a Register carrying the
 //! credentials, with a client id drawn anew for every login), metadata commands numbered by the
 //! client in its session, partition requests and reads carrying the number it has not used yet,
-//! and one request in flight. The node does the rest (sessions in partition groups, re-sends).
+//! and one request in flight, except that a producer may pipeline up to `sends_in_flight_max`
+//! sends, matching each reply by the request_checksum it stamped (replies to sends that went to
+//! different partitions come back in the order the partitions commit them). The node does the
+//! rest (sessions in partition groups, re-sends, one request per group at a time in the order
+//! sent).
 //!
 //! When a reply does not come within `REQUEST_TIMEOUT_TICKS`, or the connection breaks, the
 //! client does what an SDK's application would: it drops the connection, connects to another
@@ -13,9 +17,12 @@
 //! Scripts by role:
 //! - the administrator creates the stream, the topic and a consumer group, then adds partitions
 //!   and creates and deletes a second stream and group while traffic runs;
-//! - a producer sends batches of unique values (message ids) with every partitioning kind;
+//! - a producer sends batches of unique values (message ids) with every partitioning kind, and
+//!   now and then a small batch (values marked `CHURN_VALUE`) to the churn topic, which the
+//!   administrator deletes and creates again while they arrive;
 //! - a consumer polls every partition in turn, from its own position (strategy offset) or from
-//!   its stored offset with auto-commit (strategy next);
+//!   its stored offset with auto-commit (strategy next), and now and then the churn topic's first
+//!   partition from offset 0;
 //! - a member joins and leaves the consumer group, so that its assignment keeps changing.
 //!
 //! The client reports what it saw as `Observation`s; the cluster feeds them to the checkers.
@@ -41,6 +48,10 @@ use crate::access::{Action, Answer, Rights};
 use crate::kafka_log::PartitionKey;
 use crate::rng::SimRng;
 use crate::scenario::Volume;
+
+/// The mark of a value sent to the churn topic (bit 63 of its sequence half): the Kafka-log
+/// checker never sees these, the churn ledger does.
+pub const CHURN_VALUE: u128 = 1 << 63;
 
 /// Ticks a request waits for its reply before the client gives up on the connection.
 pub const REQUEST_TIMEOUT_TICKS: u64 = 300;
@@ -121,10 +132,16 @@ enum Work {
     Send {
         values: Vec<u128>,
     },
+    /// A send to the churn topic (by name, balanced).
+    ChurnSend {
+        values: Vec<u128>,
+    },
     Poll {
         partition: u32,
         from: u64,
     },
+    /// A poll of the churn topic's partition 0 from offset 0.
+    ChurnPoll,
     Join,
     Leave,
 }
@@ -137,6 +154,7 @@ enum AdminStep {
     AddPartition,
     CreateChurnStream,
     DeleteChurnStream,
+    DeleteChurnTopic,
     CreateChurnGroup,
     DeleteChurnGroup,
     CreateUser(usize),
@@ -159,6 +177,7 @@ impl AdminStep {
             AdminStep::AddPartition => "create_partitions",
             AdminStep::CreateChurnStream => "create_stream churn",
             AdminStep::DeleteChurnStream => "delete_stream churn",
+            AdminStep::DeleteChurnTopic => "delete_topic churn",
             AdminStep::CreateChurnGroup => "create_consumer_group churn",
             AdminStep::DeleteChurnGroup => "delete_consumer_group churn",
             AdminStep::CreateUser(_) => "create_user",
@@ -177,6 +196,8 @@ impl AdminStep {
 struct Pending {
     work: Work,
     request: u64,
+    /// The request_checksum the request carried (0 if none): its reply echoes it.
+    checksum: u128,
     sent_tick: u64,
 }
 
@@ -260,6 +281,15 @@ pub enum Observation {
     TokenCreated {
         name: String,
     },
+    /// A send to the churn topic was acknowledged (somewhere in whichever incarnation of it
+    /// the node found by name).
+    ChurnSendAcked {
+        values: Vec<u128>,
+    },
+    /// A poll of the churn topic answered with these values.
+    ChurnPolled {
+        values: Vec<u128>,
+    },
 }
 
 pub struct StreamClient {
@@ -274,7 +304,10 @@ pub struct StreamClient {
     login: Login,
     /// The SDK's request counter: the next number a metadata command takes (from 1).
     request_counter: u64,
-    pending: Option<Pending>,
+    /// In the order sent; more than one only for a producer's pipelined sends.
+    pending: Vec<Pending>,
+    /// Sends a producer keeps in flight at once (1: it waits for each reply).
+    pub sends_in_flight_max: usize,
     /// Sends left (producers), membership flips left (members), admin steps done.
     budget: u64,
     sequence: u64,
@@ -336,7 +369,8 @@ impl StreamClient {
             connection: None,
             login: Login::Anonymous,
             request_counter: 1,
-            pending: None,
+            pending: Vec::new(),
+            sends_in_flight_max: 1,
             budget,
             sequence: 0,
             positions: BTreeMap::new(),
@@ -373,6 +407,11 @@ impl StreamClient {
         self.index as u64
     }
 
+    /// Requests in flight (more than one: pipelined sends).
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
     /// The connection this client holds, if any.
     pub fn connection(&self) -> Option<(ConnectionId, u8)> {
         self.connection
@@ -380,13 +419,18 @@ impl StreamClient {
 
     /// The liveness phase: stop starting new disruptive work, finish what the script needs.
     pub fn finish(&mut self) {
+        if self.role == Role::Admin && !self.finishing {
+            // The run ends with a churn topic, whose final read the churn ledger checks: an
+            // incarnation created after the others were deleted must hold none of their values.
+            self.admin_steps.extend([AdminStep::CreateChurnStream, AdminStep::CreateChurnTopic]);
+        }
         self.finishing = true;
     }
 
     /// Whether the script is done: nothing in flight and nothing left to do. A consumer is done
     /// once it has read every partition up to the ends `ends` gives (the final state).
     pub fn done(&self, ends: &BTreeMap<u32, u64>) -> bool {
-        if self.pending.is_some() || !self.finishing {
+        if !self.pending.is_empty() || !self.finishing {
             return false;
         }
         // A user whose rights race (it may be deleted for good) or who may not read has no
@@ -406,7 +450,7 @@ impl StreamClient {
     /// What keeps this client from being done, for a liveness report.
     pub fn waiting_on(&self, ends: &BTreeMap<u32, u64>) -> String {
         let mut what =
-            format!("{} {:?} pending={:?} finishing={}", self.index, self.role, self.pending.is_some(), self.finishing);
+            format!("{} {:?} pending={} finishing={}", self.index, self.role, self.pending.len(), self.finishing);
         match self.role {
             Role::Admin => {
                 what += &format!(" steps={:?}", self.admin_steps.iter().map(|step| step.name()).collect::<Vec<_>>())
@@ -439,10 +483,14 @@ impl StreamClient {
         }
         self.next_node = (self.next_node + 1) % nodes;
         self.login = Login::Anonymous;
-        if let Some(pending) = self.pending.take() {
+        self.abandon_all();
+        self.observations.push(Observation::Disconnected);
+    }
+
+    fn abandon_all(&mut self) {
+        for pending in std::mem::take(&mut self.pending) {
             self.abandon(pending);
         }
-        self.observations.push(Observation::Disconnected);
     }
 
     fn abandon(&mut self, pending: Pending) {
@@ -466,17 +514,30 @@ impl StreamClient {
 
     /// What the client does next, if anything.
     pub fn tick(&mut self, tick: u64, rng: &mut SimRng, topology: &Topology, nodes: u8) -> Option<ClientAction> {
-        if let Some(pending) = &self.pending {
-            if tick < pending.sent_tick + REQUEST_TIMEOUT_TICKS {
-                return None;
+        if let Some(oldest) = self.pending.first() {
+            if tick >= oldest.sent_tick + REQUEST_TIMEOUT_TICKS {
+                // No answer: give the node up.
+                self.disconnected(nodes);
+                self.idle_until = tick + rng.range(1, 10);
+                return Some(ClientAction::Disconnect);
             }
-            // No answer: give the node up.
-            self.disconnected(nodes);
-            self.idle_until = tick + rng.range(1, 10);
-            return Some(ClientAction::Disconnect);
         }
         if tick < self.idle_until {
             return None;
+        }
+        if !self.pending.is_empty() {
+            // Only a producer pipelines, and only sends.
+            let pipelining = self.role == Role::Producer
+                && self.pending.len() < self.sends_in_flight_max
+                && self
+                    .pending
+                    .iter()
+                    .all(|pending| matches!(pending.work, Work::Send { .. } | Work::ChurnSend { .. }));
+            if !pipelining {
+                return None;
+            }
+            let work = self.next_send(rng, topology)?;
+            return Some(self.start(work, tick, rng, topology));
         }
         let Some(_) = self.connection else {
             return Some(ClientAction::Connect { node: self.next_node % nodes });
@@ -490,18 +551,24 @@ impl StreamClient {
                 let (body, right) = self.login_body(rng);
                 let mut header = self.request_header(OPERATION_REGISTER, 0, 0);
                 header.parent = checksum64(&body) as u128;
-                self.pending = Some(Pending { work: Work::Login { right }, request: 0, sent_tick: tick });
+                let checksum = header.parent;
+                self.pending.push(Pending { work: Work::Login { right }, request: 0, checksum, sent_tick: tick });
                 return Some(ClientAction::Frame(Message::new(header, body).encode()));
             }
             Login::LoggedIn { .. } => {}
         }
         let work = self.next_work(rng, topology)?;
+        Some(self.start(work, tick, rng, topology))
+    }
+
+    /// Sends `work`'s request and keeps it in flight.
+    fn start(&mut self, work: Work, tick: u64, rng: &mut SimRng, topology: &Topology) -> ClientAction {
         let (header, body) = self.request(&work, rng, topology);
         if let Work::Send { values } = &work {
             self.invoked = Some(values.clone());
         }
-        self.pending = Some(Pending { work, request: header.request, sent_tick: tick });
-        Some(ClientAction::Frame(Message::new(header, body).encode()))
+        self.pending.push(Pending { work, request: header.request, checksum: header.parent, sent_tick: tick });
+        ClientAction::Frame(Message::new(header, body).encode())
     }
 
     /// A login body: mostly the user's password, sometimes a wrong one, one of the client's
@@ -579,6 +646,9 @@ impl StreamClient {
                         AdminStep::AddPartition,
                         AdminStep::CreateChurnStream,
                         AdminStep::DeleteChurnStream,
+                        AdminStep::DeleteChurnTopic,
+                        AdminStep::DeleteChurnTopic,
+                        AdminStep::CreateChurnTopic,
                         AdminStep::CreateChurnGroup,
                         AdminStep::DeleteChurnGroup,
                         AdminStep::SetTempRights(true),
@@ -591,28 +661,24 @@ impl StreamClient {
                         AdminStep::PurgeChurnStream,
                         AdminStep::UpdateChurnStream,
                     ]);
+                    if step == AdminStep::CreateChurnTopic {
+                        // Its stream first (an "already exists" is fine): the churn topic is
+                        // there, with traffic, for a good share of the run.
+                        self.admin_steps.push(AdminStep::CreateChurnStream);
+                    }
                     if step != AdminStep::AddPartition || (topology.partitions.len() as u64) < self.budget {
                         self.admin_steps.push(step);
                     }
                 }
                 Some(Work::Admin(*self.admin_steps.first()?))
             }
-            Role::Producer => {
-                if self.budget == 0 || topology.partitions.is_empty() {
-                    return None;
-                }
-                let count = rng.range(1, self.batch_messages_max as u64) as usize;
-                let values = (0..count)
-                    .map(|_| {
-                        self.sequence += 1;
-                        ((self.index as u128 + 1) << 64) | self.sequence as u128
-                    })
-                    .collect();
-                Some(Work::Send { values })
-            }
+            Role::Producer => self.next_send(rng, topology),
             Role::Consumer { .. } => {
                 if topology.partitions.is_empty() {
                     return None;
+                }
+                if self.identity == ROOT && !self.finishing && rng.chance(100_000) {
+                    return Some(Work::ChurnPoll);
                 }
                 self.poll_cursor = (self.poll_cursor + 1) % topology.partitions.len();
                 let partition = topology.partitions[self.poll_cursor];
@@ -626,6 +692,33 @@ impl StreamClient {
                 Some(if self.member { Work::Leave } else { Work::Join })
             }
         }
+    }
+
+    /// A producer's next send, if its script has one left (counting those in flight).
+    fn next_send(&mut self, rng: &mut SimRng, topology: &Topology) -> Option<Work> {
+        let spent = self.budget <= self.pending.len() as u64;
+        // Outside the script's budget (and on, slower, once it is spent): a few messages for
+        // whichever churn topic exists.
+        if self.identity == ROOT && !self.finishing && rng.chance(if spent { 20_000 } else { 250_000 }) {
+            let values = (0..rng.range(1, 8))
+                .map(|_| {
+                    self.sequence += 1;
+                    ((self.index as u128 + 1) << 64) | CHURN_VALUE | self.sequence as u128
+                })
+                .collect();
+            return Some(Work::ChurnSend { values });
+        }
+        if spent || topology.partitions.is_empty() {
+            return None;
+        }
+        let count = rng.range(1, self.batch_messages_max as u64) as usize;
+        let values = (0..count)
+            .map(|_| {
+                self.sequence += 1;
+                ((self.index as u128 + 1) << 64) | self.sequence as u128
+            })
+            .collect();
+        Some(Work::Send { values })
     }
 
     /// The header and body of `work`'s request, numbered as the SDK numbers them.
@@ -739,6 +832,7 @@ impl StreamClient {
                         options: self.topic_options(),
                     },
                     AdminStep::PurgeChurnTopic => ClientRequest::PurgeTopic { stream: churn(), topic: churn() },
+                    AdminStep::DeleteChurnTopic => ClientRequest::DeleteTopic { stream: churn(), topic: churn() },
                     AdminStep::PurgeChurnStream => ClientRequest::PurgeStream { stream: churn() },
                     AdminStep::UpdateChurnStream => ClientRequest::UpdateStream {
                         stream: churn(),
@@ -756,6 +850,33 @@ impl StreamClient {
                 self,
                 ClientRequest::LeaveConsumerGroup { stream: id(STREAM), topic: id(TOPIC), group: id(GROUP) },
             ),
+            Work::ChurnSend { values } => {
+                let mut builder = BatchBuilder::new();
+                for value in values {
+                    builder.push(*value, &value.to_le_bytes(), &[]);
+                }
+                let send = SendMessages::new(churn(), churn(), Partitioning::Balanced, builder.finish(0))
+                    .expect("a whole batch");
+                let body = ClientRequest::SendMessages(send).encode();
+                let mut header = self.request_header(OPERATION_SEND_MESSAGES, self.request_counter, session);
+                header.parent = checksum64(&body) as u128;
+                (header, body)
+            }
+            Work::ChurnPoll => {
+                let poll = PollMessages {
+                    consumer: Consumer { kind: ConsumerKind::Consumer, id: id(self.index as u32) },
+                    stream: churn(),
+                    topic: churn(),
+                    partition_id: Some(0),
+                    strategy: PollingStrategy { kind: PollingKind::Offset, value: 0 },
+                    count: 100,
+                    auto_commit: false,
+                };
+                let body = ClientRequest::PollMessages(poll).encode();
+                let mut header = self.request_header(OPERATION_NON_REPLICATED, self.request_counter, session);
+                header.command_code = wire::command::POLL_MESSAGES;
+                (header, body)
+            }
             Work::Send { values } => {
                 let mut builder = BatchBuilder::new();
                 for value in values {
@@ -778,8 +899,12 @@ impl StreamClient {
                 let send =
                     SendMessages::new(id(STREAM), id(TOPIC), partitioning, builder.finish(0)).expect("a whole batch");
                 let body = ClientRequest::SendMessages(send).encode();
-                // Partition requests carry the number the next metadata command will take.
-                (self.request_header(OPERATION_SEND_MESSAGES, self.request_counter, session), body)
+                // Partition requests carry the number the next metadata command will take; the
+                // body's checksum tells pipelined sends' replies apart (values are unique, so
+                // bodies are).
+                let mut header = self.request_header(OPERATION_SEND_MESSAGES, self.request_counter, session);
+                header.parent = checksum64(&body) as u128;
+                (header, body)
             }
             Work::Poll { partition, from } => {
                 let committing = matches!(self.role, Role::Consumer { committing: true });
@@ -814,22 +939,31 @@ impl StreamClient {
         if header.client != self.id || !matches!(header.command, Command::Reply | Command::Eviction) {
             return;
         }
-        let Some(pending) = self.pending.take() else { return };
+        if self.pending.is_empty() {
+            return;
+        }
         if header.command == Command::Eviction {
-            // The session is gone: log in again.
+            // The session is gone: log in again; whatever else is in flight has an unknown fate
+            // (its replies come back to the old client id, which this client no longer is).
             self.login = Login::Anonymous;
-            self.abandon(pending);
+            self.abandon_all();
             return;
         }
-        if header.request != pending.request {
-            self.pending = Some(pending);
+        let Some(index) = self
+            .pending
+            .iter()
+            .position(|pending| pending.request == header.request && pending.checksum == header.parent)
+        else {
             return;
-        }
+        };
+        let pending = self.pending.remove(index);
         if header.status != 0 {
             // A short pause: a user that may not send still works through its script.
             self.idle_until = tick + rng.range(1, 8);
             let refused = Answer::Refused(header.status);
             let observation = match pending.work {
+                // The churn topic may well not exist: no rule for these but that they are not in.
+                Work::ChurnSend { .. } | Work::ChurnPoll => return,
                 Work::Login { right } => {
                     self.login = Login::Anonymous;
                     self.access(Action::Login { right }, refused);
@@ -916,6 +1050,14 @@ impl StreamClient {
                 self.idle_until = tick + rng.range(5, 60);
                 Observation::Membership { joined, status }
             }
+            Work::ChurnSend { values } => match SendMessagesReply::decode(&message.body) {
+                Ok(reply) if reply.appended.len() == 1 => Observation::ChurnSendAcked { values },
+                _ => return,
+            },
+            Work::ChurnPoll => {
+                let Ok(reply) = wire::PollReply::decode(&message.body) else { return };
+                Observation::ChurnPolled { values: polled(&reply).into_iter().map(|(_, id)| id).collect() }
+            }
             Work::Send { values } => match SendMessagesReply::decode(&message.body) {
                 Ok(reply) if reply.appended.len() == 1 => {
                     let appended = reply.appended[0];
@@ -935,17 +1077,7 @@ impl StreamClient {
                     return;
                 };
                 self.access(Action::Poll, Answer::Succeeded);
-                let mut messages = Vec::new();
-                let mut rest = reply.batches();
-                while !rest.is_empty() {
-                    let header = batch::BatchHeader::decode(rest).expect("whole batches");
-                    let (one, tail) = rest.split_at(header.batch_length as usize);
-                    batch::validate(one).expect("a stamped batch from the cluster");
-                    for message in batch::messages(one).expect("messages") {
-                        messages.push((message.offset, message.id));
-                    }
-                    rest = tail;
-                }
+                let messages = polled(&reply);
                 let committing = matches!(self.role, Role::Consumer { committing: true });
                 let from = if committing { messages.first().map_or(from, |(offset, _)| *offset) } else { from };
                 let end = messages.last().map_or(from, |(offset, _)| offset + 1);
@@ -968,4 +1100,20 @@ impl StreamClient {
         };
         self.observations.push(observation);
     }
+}
+
+/// The (offset, id) of every message a poll reply's batches hold, which must be whole, stamped
+/// batches.
+fn polled(reply: &wire::PollReply) -> Vec<(u64, u128)> {
+    let mut messages = Vec::new();
+    let mut rest = reply.batches();
+    while !rest.is_empty() {
+        let header = batch::BatchHeader::decode(rest).expect("whole batches");
+        let (one, tail) = rest.split_at(header.batch_length as usize);
+        batch::validate(one).expect("a stamped batch from the cluster");
+        messages
+            .extend(batch::messages(one).expect("messages").into_iter().map(|message| (message.offset, message.id)));
+        rest = tail;
+    }
+    messages
 }

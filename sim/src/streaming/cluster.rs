@@ -13,6 +13,7 @@
 //! breaks. A frame the network drops breaks the connection (both ends learn it closed), and a
 //! crash closes every connection of the node.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -28,6 +29,7 @@ use vireo_protocol::{Config, ReplicaEvent, Status};
 use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::WalLayout;
 
+use super::churn::ChurnLedger;
 use super::client::{
     new_client_id, payload_len, ClientAction, Observation, Role, StreamClient, Topology, GROUP, READER, ROOT, STRANGER,
     STREAM, TEMP, TOPIC, WRITER,
@@ -90,12 +92,30 @@ enum Event {
 
 /// A client connection: which client (`None`: a lurker's), which node and shard hold it, since
 /// which incarnation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct SimConnection {
     client: Option<usize>,
     node: u8,
     shard: u16,
     incarnation: u64,
+    /// When the last frame sent each way arrives: a connection is a TCP stream, so a frame
+    /// never arrives before one sent earlier in the same direction, whatever its own delay.
+    to_node_due: Cell<u64>,
+    to_client_due: Cell<u64>,
+}
+
+impl SimConnection {
+    fn new(client: Option<usize>, node: u8, shard: u16, incarnation: u64) -> SimConnection {
+        SimConnection { client, node, shard, incarnation, to_node_due: Cell::new(0), to_client_due: Cell::new(0) }
+    }
+}
+
+/// The arrival time of a frame sent at `now` with `delay` on a stream whose last frame arrives
+/// at `due`: never before it (the event queue keeps equal times in the order pushed).
+fn in_stream_order(due: &Cell<u64>, now: u64, delay: u64) -> u64 {
+    let at = (now + delay).max(due.get());
+    due.set(at);
+    at
 }
 
 /// Connections that never log in: opened in bursts to one node, held idle (or with a ping and a
@@ -130,6 +150,10 @@ pub struct StreamingCounters {
     pub bytes_acked: u64,
     pub messages_polled: u64,
     pub sends_indeterminate: u64,
+    /// Sends a producer started while an earlier one of its own was still in flight.
+    pub sends_pipelined: u64,
+    /// Values the churn topic's final read held whose acknowledgement the ledger knew.
+    pub churn_values_checked: u64,
     pub channel_full_drops: u64,
     pub denials: u64,
     pub assignments_checked: u64,
@@ -240,7 +264,10 @@ impl NodeIo for ShardIo<'_> {
         match delays.first() {
             // TCP does not lose a frame and go on: the connection breaks.
             None => self.io.queue.push(now, Event::ConnectionClosed { connection }),
-            Some(delay) => self.io.queue.push(now + delay, Event::ToClient { connection, bytes: frame }),
+            Some(delay) => {
+                let at = in_stream_order(&open.to_client_due, now, *delay);
+                self.io.queue.push(at, Event::ToClient { connection, bytes: frame })
+            }
         }
     }
 
@@ -278,6 +305,7 @@ pub struct StreamingCluster {
     committed: BTreeMap<(Namespace, u64, u64), (u128, u64)>,
     pub counters: StreamingCounters,
     topology: Topology,
+    churn: ChurnLedger,
 }
 
 /// What `check` says of the replica an ack came from, if the node still hosts that group's
@@ -459,6 +487,8 @@ impl StreamingCluster {
             client.volume = scenario.volume;
             client.batch_messages_max = scenario.volume.batch_messages_max();
             client.retention = scenario.retention;
+            // Drawn from the id already drawn, so that the scenario's other draws stay as they were.
+            client.sends_in_flight_max = [1, 2, 3, 4][(client.id >> 64) as usize % 4];
             clients.push(client);
         }
         let client_ids = clients.iter().map(|client| client.id).collect();
@@ -492,6 +522,7 @@ impl StreamingCluster {
             committed: BTreeMap::new(),
             counters: StreamingCounters::default(),
             topology: Topology::default(),
+            churn: ChurnLedger::default(),
         };
         cluster.network.faults_enabled = faults;
         cluster.lurkers = vec![Lurker::default(); cluster.scenario.lurkers as usize];
@@ -820,7 +851,7 @@ impl StreamingCluster {
                 self.connection_next += 1;
                 let shard = (connection % self.scenario.shards as u64) as u16;
                 let incarnation = self.nodes[node as usize].incarnation;
-                self.connections.insert(connection, SimConnection { client: Some(index), node, shard, incarnation });
+                self.connections.insert(connection, SimConnection::new(Some(index), node, shard, incarnation));
                 self.counters.connections += 1;
                 self.clients[index].connected(connection, node);
                 self.log(|| format!("c{index} connected to n{node}/s{shard} as connection {connection}"));
@@ -850,7 +881,14 @@ impl StreamingCluster {
                 let delays = self.network.route(from, to, &mut self.rng, rates);
                 match delays.first() {
                     None => self.queue.push(self.now, Event::ConnectionClosed { connection }),
-                    Some(delay) => self.queue.push(self.now + delay, Event::ClientFrame { connection, bytes }),
+                    Some(delay) => {
+                        let at = match self.connections.get(&connection) {
+                            Some(open) => in_stream_order(&open.to_node_due, self.now, *delay),
+                            // Closed meanwhile: the frame goes nowhere anyway.
+                            None => self.now + delay,
+                        };
+                        self.queue.push(at, Event::ClientFrame { connection, bytes })
+                    }
                 }
             }
             ClientAction::Disconnect => {
@@ -902,6 +940,9 @@ impl StreamingCluster {
     fn take_observations(&mut self, index: usize) -> Result<(), String> {
         if let Some(values) = self.clients[index].invoked.take() {
             let actor = self.clients[index].actor();
+            if self.clients[index].in_flight() > 1 {
+                self.counters.sends_pipelined += 1;
+            }
             self.checker.send_invoked(actor, &values).map_err(|anomaly| anomaly.to_string())?;
         }
         let observations = std::mem::take(&mut self.clients[index].observations);
@@ -959,6 +1000,15 @@ impl StreamingCluster {
                         self.checker.commit_abandoned(actor, partition, count);
                     }
                 }
+                Observation::ChurnSendAcked { values } => {
+                    self.log(|| format!("c{index} churn send acked count={}", values.len()));
+                    self.churn.acked(&values, self.tick);
+                }
+                Observation::ChurnPolled { values } => {
+                    self.log(|| format!("c{index} churn polled count={}", values.len()));
+                    let key = PartitionKey { stream: u32::MAX, topic: u32::MAX, partition: 0 };
+                    self.churn.polled(key, &values).map_err(|anomaly| anomaly.to_string())?;
+                }
                 Observation::Access { user, rights, action, answer } => {
                     self.access.observe(actor, user, rights, action, answer).map_err(|anomaly| anomaly.to_string())?;
                 }
@@ -1005,7 +1055,7 @@ impl StreamingCluster {
                 self.connection_next += 1;
                 let shard = (connection % self.scenario.shards as u64) as u16;
                 let incarnation = self.nodes[node as usize].incarnation;
-                self.connections.insert(connection, SimConnection { client: None, node, shard, incarnation });
+                self.connections.insert(connection, SimConnection::new(None, node, shard, incarnation));
                 let mut frames = Vec::new();
                 // A ping is answered before any login; a read or a command is refused (40).
                 let (code, operation, expected) = match self.rng.below(4) {
@@ -1106,6 +1156,14 @@ impl StreamingCluster {
             }
             self.topology.group_created |= metadata.consumer_group(STREAM, TOPIC, GROUP).is_some();
         }
+        let churn =
+            metadata.stream_by_name("churn").and_then(|stream| Some((stream.id, stream.topic_by_name("churn")?)));
+        if let Some((stream, topic)) = churn {
+            for partition in &topic.partitions {
+                let key = PartitionKey { stream, topic: topic.id, partition: partition.id };
+                self.churn.seen(key, partition.created_at, self.tick);
+            }
+        }
     }
 
     fn on_tick(&mut self) -> Result<(), String> {
@@ -1202,14 +1260,14 @@ impl StreamingCluster {
                 self.maybe_crash(node);
             }
             Event::ClientFrame { connection, bytes } => {
-                let Some(open) = self.connections.get(&connection).copied() else { return Ok(()) };
+                let Some(open) = self.connections.get(&connection).cloned() else { return Ok(()) };
                 self.hash(&[8, connection, checksum64(&bytes)]);
                 with_node!(self, open.node, open.shard, |target, io| target
                     .on_client_frame(&mut io, connection, &bytes));
                 self.maybe_crash(open.node);
             }
             Event::ToClient { connection, bytes } => {
-                let Some(open) = self.connections.get(&connection).copied() else { return Ok(()) };
+                let Some(open) = self.connections.get(&connection).cloned() else { return Ok(()) };
                 self.hash(&[9, connection, checksum64(&bytes)]);
                 match open.client {
                     Some(client) if self.clients[client].connection().map(|(held, _)| held) == Some(connection) => {
@@ -1484,9 +1542,24 @@ impl StreamingCluster {
                 self.counters.segment_logs_dropped += segments.counters.logs_dropped;
             }
         }
+        let metadata = self.nodes[0].shards.first().and_then(|shard| shard.shard().metadata());
+        let metadata = metadata.map(|replica| replica.state_machine().metadata().clone());
         for (partition, start, messages) in reads {
-            self.checker.final_read(partition, start, &messages).map_err(|anomaly| anomaly.to_string())?;
+            if (partition.stream, partition.topic) == (STREAM, TOPIC) {
+                self.checker.final_read(partition, start, &messages).map_err(|anomaly| anomaly.to_string())?;
+                continue;
+            }
+            // The churn topic (or a group node 0 has yet to remove): held to the churn ledger.
+            let created_at = metadata.as_ref().and_then(|metadata| {
+                let topic = metadata.stream(partition.stream)?.topics.get(&partition.topic)?;
+                Some(topic.partitions.get(partition.partition as usize)?.created_at)
+            });
+            if let Some(created_at) = created_at {
+                let values: Vec<u128> = messages.iter().map(|(_, value)| *value).collect();
+                self.churn.final_read(partition, created_at, &values).map_err(|anomaly| anomaly.to_string())?;
+            }
         }
+        self.counters.churn_values_checked = self.churn.values_checked;
         self.checker.finish().map_err(|anomaly| anomaly.to_string())?;
         Ok(())
     }
