@@ -218,7 +218,10 @@ impl SimDisk {
             self.faults_injected += 1;
             return Err(IoError::NoSpace);
         }
-        if file.kind == FileKind::Wal && self.write_faulty(file, offset) && rng.chance(rates.wal_error_ppm) {
+        if (file.kind == FileKind::Wal || segment_file(file))
+            && self.write_faulty(file, offset)
+            && rng.chance(device_error_ppm(file, rates))
+        {
             // The device failed the write: nothing of it lands.
             self.faults_injected += 1;
             return Err(IoError::Device);
@@ -414,9 +417,12 @@ impl SimDisk {
                 Completion::Read { token, result: self.read(file, offset, len, rng, rates) }
             }
             DiskRequest::Sync { file, upto } => {
-                let fail = file.kind == FileKind::Wal
+                // A segment log's sync fails where its files take faults: the log must then stop
+                // counting anything durable and reopen from what its files really hold.
+                let fail = (file.kind == FileKind::Wal
                     && self.fault_zone.is_some_and(|zone| matches!(zone, Zone::WalHeaders | Zone::WalPrepares))
-                    && rng.chance(rates.wal_error_ppm);
+                    || segment_file(file) && self.write_faulty(file, 0))
+                    && rng.chance(device_error_ppm(file, rates));
                 Completion::Sync { token, result: self.sync_failing(file, upto, fail) }
             }
             DiskRequest::Truncate { file, len } => Completion::Truncate { token, result: self.truncate(file, len) },
@@ -495,6 +501,25 @@ impl SimDisk {
 fn consensus_file(file: &FileId) -> bool {
     file.namespace.is_metadata()
         || matches!(file.kind, FileKind::Wal | FileKind::SuperblockA | FileKind::SuperblockB | FileKind::Snapshot)
+}
+
+/// How often the device fails a write or sync of `file`: a segment log writes far less often
+/// than a WAL (batches, not prepares), so its files fail more often per request, for the failure
+/// to reach a good share of the runs.
+fn device_error_ppm(file: FileId, rates: &FaultRates) -> u32 {
+    if segment_file(file) {
+        rates.wal_error_ppm.saturating_mul(SEGMENT_ERROR_FACTOR)
+    } else {
+        rates.wal_error_ppm
+    }
+}
+
+/// Times more often than a WAL's a segment log's write or sync fails.
+const SEGMENT_ERROR_FACTOR: u32 = 8;
+
+/// A segment log's own files (a segment or its index).
+fn segment_file(file: FileId) -> bool {
+    matches!(file.kind, FileKind::Segment(_) | FileKind::Index(_))
 }
 
 #[cfg(test)]

@@ -199,7 +199,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
              disk_bytes_written={} wal_bytes_written={} writes_refused_full={} segment_logs_cut={} \
              polls_from_log={} polls_cut={} poll_replies_dropped={} fetches_sent={} batches_fetched={} \
-             segment_logs_dropped={} batches_speculated={} tail_cuts={} runs_repaired={} \
+             segment_logs_dropped={} segment_log_failures={} batches_speculated={} tail_cuts={} runs_repaired={} \
              prepares_filled={} prepares_unfilled={}",
             counters.messages_acked,
             counters.bytes_acked,
@@ -237,6 +237,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.fetches_sent,
             counters.batches_fetched,
             counters.segment_logs_dropped,
+            counters.segment_log_failures,
             counters.batches_speculated,
             counters.tail_cuts,
             counters.runs_repaired,

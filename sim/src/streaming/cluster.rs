@@ -198,6 +198,9 @@ pub struct StreamingCounters {
     pub prepares_unfilled: u64,
     /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
     pub segment_logs_dropped: u64,
+    /// Segment logs that failed (a write or sync the device refused) and were opened again from
+    /// their files (by the shards running at the end).
+    pub segment_log_failures: u64,
     /// Replicated poll replies not sent because their batches could not be read in time.
     pub poll_replies_dropped: u64,
     /// Polls without auto-commit answered from segment logs and from memory (nodes up at the
@@ -1540,6 +1543,7 @@ impl StreamingCluster {
                 self.counters.prepares_filled += segments.counters.prepares_filled;
                 self.counters.prepares_unfilled += segments.counters.prepares_unfilled;
                 self.counters.segment_logs_dropped += segments.counters.logs_dropped;
+                self.counters.segment_log_failures += segments.counters.failures;
             }
         }
         let metadata = self.nodes[0].shards.first().and_then(|shard| shard.shard().metadata());

@@ -96,6 +96,8 @@ enum Stage {
 
 pub(super) struct Recovery {
     stage: Stage,
+    /// The first error a fixup met: recovery fails with it once the others are back.
+    failed: Option<IoError>,
     logs: Vec<(u64, u64)>,
     indexes: BTreeMap<u64, u64>,
     superblocks: [Option<Result<Superblock, ()>>; 2],
@@ -133,6 +135,7 @@ impl Recovery {
         let token = log.token(Op::Recovery);
         io.list(log.namespace, token);
         Recovery {
+            failed: None,
             stage: Stage::Listing,
             logs: Vec::new(),
             indexes: BTreeMap::new(),
@@ -398,12 +401,15 @@ impl Recovery {
                 // only means the next open rebuilds it again, and a file already gone is fine.
                 match completion {
                     Completion::Truncate { result: Err(error), .. } if error != IoError::NotFound => {
-                        return self.fail(log, error);
+                        self.failed.get_or_insert(error);
                     }
                     _ => {}
                 }
                 if outstanding > 1 {
                     self.stage = Stage::FixupWrites { outstanding: outstanding - 1 };
+                } else if let Some(error) = self.failed {
+                    // Only once every fixup is back: none may complete into a recovery that ended.
+                    return self.fail(log, error);
                 } else {
                     self.sync_all(log, io);
                 }
@@ -412,10 +418,12 @@ impl Recovery {
                 if let Completion::Sync { result: Err(error), .. } | Completion::Write { result: Err(error), .. } =
                     completion
                 {
-                    return self.fail(log, error);
+                    self.failed.get_or_insert(error);
                 }
                 if outstanding > 1 {
                     self.stage = Stage::Fixups { outstanding: outstanding - 1 };
+                } else if let Some(error) = self.failed {
+                    return self.fail(log, error);
                 } else {
                     self.write_superblock(log);
                 }
