@@ -80,8 +80,6 @@ pub struct WalPipeline {
     stage: WalStage,
     batch: Vec<(u64, u128)>,
     outstanding: usize,
-    /// Bytes of prepare bodies left out of the WAL (`elides`): stored once, in the external log.
-    pub bytes_elided: u64,
 }
 
 impl WalPipeline {
@@ -315,9 +313,7 @@ impl<S: StateMachine> Replica<S> {
             let bytes = if spans.is_empty() {
                 prepare_bytes(&entry.header, body)
             } else {
-                let elided = ElidedBody::of(body, &spans);
-                self.wal.bytes_elided += (body.len() - elided.residual.len()) as u64;
-                elided_prepare_bytes(&entry.header, &elided)
+                elided_prepare_bytes(&entry.header, &ElidedBody::of(body, &spans))
             };
             assert!(bytes.len() as u64 <= self.config.prepare_size_max);
             let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
