@@ -37,8 +37,26 @@ pub enum ChurnAnomaly {
          value {value:#x}, acknowledged at tick {acked_tick}, before it existed"
     )]
     Resurrected { partition: PartitionKey, created_at: u64, seen_tick: u64, value: u128, acked_tick: u64 },
-    #[error("foreign value: {partition} (churn topic) returned value {value:#x}, which was never sent to it")]
-    ForeignValue { partition: PartitionKey, value: u128 },
+    #[error("foreign value: {reported_by} of the churn topic returned value {value:#x}, which was never sent to it")]
+    ForeignValue { reported_by: ChurnRead, value: u128 },
+}
+
+/// Who read the churn topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChurnRead {
+    /// A consumer's poll, by name (whichever incarnation its node knew).
+    Poll,
+    /// The final read of one partition's incarnation on node 0.
+    FinalRead(PartitionKey),
+}
+
+impl std::fmt::Display for ChurnRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChurnRead::Poll => write!(f, "a poll"),
+            ChurnRead::FinalRead(partition) => write!(f, "the final read of {partition}"),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -63,10 +81,10 @@ impl ChurnLedger {
         }
     }
 
-    /// A poll of the churn topic's `partition` returned `values`.
-    pub fn polled(&self, partition: PartitionKey, values: &[u128]) -> Result<(), ChurnAnomaly> {
+    /// A read of the churn topic returned `values`.
+    pub fn polled(&self, reported_by: ChurnRead, values: &[u128]) -> Result<(), ChurnAnomaly> {
         match values.iter().find(|value| *value & CHURN_VALUE == 0) {
-            Some(value) => Err(ChurnAnomaly::ForeignValue { partition, value: *value }),
+            Some(value) => Err(ChurnAnomaly::ForeignValue { reported_by, value: *value }),
             None => Ok(()),
         }
     }
@@ -78,7 +96,7 @@ impl ChurnLedger {
         created_at: u64,
         values: &[u128],
     ) -> Result<(), ChurnAnomaly> {
-        self.polled(partition, values)?;
+        self.polled(ChurnRead::FinalRead(partition), values)?;
         // Not seen: created and read within the same tick, so nothing was acknowledged before it.
         let Some(&seen_tick) = self.incarnations.get(&(partition, created_at)) else { return Ok(()) };
         for value in values {
@@ -119,9 +137,11 @@ mod tests {
     fn a_value_of_another_topic_is_foreign() {
         let ledger = ChurnLedger::default();
         assert_eq!(
-            ledger.polled(KEY, &[CHURN_VALUE | 4, 7]),
-            Err(ChurnAnomaly::ForeignValue { partition: KEY, value: 7 })
+            ledger.polled(ChurnRead::Poll, &[CHURN_VALUE | 4, 7]),
+            Err(ChurnAnomaly::ForeignValue { reported_by: ChurnRead::Poll, value: 7 })
         );
-        assert_eq!(ledger.polled(KEY, &[CHURN_VALUE | 4]), Ok(()));
+        assert_eq!(ledger.polled(ChurnRead::Poll, &[CHURN_VALUE | 4]), Ok(()));
+        let caught = ledger.clone().final_read(KEY, 1, &[9]);
+        assert_eq!(caught, Err(ChurnAnomaly::ForeignValue { reported_by: ChurnRead::FinalRead(KEY), value: 9 }));
     }
 }

@@ -29,7 +29,7 @@ use vireo_protocol::{Config, ReplicaEvent, Status};
 use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::WalLayout;
 
-use super::churn::ChurnLedger;
+use super::churn::{ChurnLedger, ChurnRead};
 use super::client::{
     new_client_id, payload_len, ClientAction, Observation, Role, StreamClient, Topology, GROUP, READER, ROOT, STRANGER,
     STREAM, TEMP, TOPIC, WRITER,
@@ -1009,8 +1009,7 @@ impl StreamingCluster {
                 }
                 Observation::ChurnPolled { values } => {
                     self.log(|| format!("c{index} churn polled count={}", values.len()));
-                    let key = PartitionKey { stream: u32::MAX, topic: u32::MAX, partition: 0 };
-                    self.churn.polled(key, &values).map_err(|anomaly| anomaly.to_string())?;
+                    self.churn.polled(ChurnRead::Poll, &values).map_err(|anomaly| anomaly.to_string())?;
                 }
                 Observation::Access { user, rights, action, answer } => {
                     self.access.observe(actor, user, rights, action, answer).map_err(|anomaly| anomaly.to_string())?;
