@@ -37,12 +37,59 @@ pub struct DriverConfig {
     pub open_files_max: usize,
     /// Seeds `Io::random` (the node draws it from the OS at boot).
     pub seed: u64,
+    pub net: NetLimits,
 }
 
 impl DriverConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> DriverConfig {
-        DriverConfig { data_dir: data_dir.into(), open_files_max: 512, seed: 0x5eed }
+        DriverConfig { data_dir: data_dir.into(), open_files_max: 512, seed: 0x5eed, net: NetLimits::default() }
     }
+}
+
+/// The bounds on what client connections can make one shard hold, each with its answer when
+/// reached (counted in `NetCounters`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetLimits {
+    /// Connections one shard serves at once; one more is closed on arrival.
+    pub connections_max: usize,
+    /// A frame (header and body) larger than this closes its connection.
+    pub frame_size_max: usize,
+    /// Bytes queued to one client and not yet written to its socket; past it the client, which
+    /// is not reading its replies, is disconnected.
+    pub send_queue_bytes_max: usize,
+    /// Bytes of frames received from all clients of the shard and not yet taken by its loop; a
+    /// reader waits for room before it reads a body (TCP back-pressure, never a buffer without
+    /// bound).
+    pub inbound_bytes_max: usize,
+}
+
+impl Default for NetLimits {
+    fn default() -> NetLimits {
+        NetLimits {
+            connections_max: CONNECTIONS_MAX,
+            frame_size_max: FRAME_SIZE_MAX,
+            send_queue_bytes_max: SEND_QUEUE_BYTES_MAX,
+            inbound_bytes_max: INBOUND_BYTES_MAX,
+        }
+    }
+}
+
+/// What the client connections of one shard did, and what was refused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetCounters {
+    pub accepted: u64,
+    /// Closed on arrival: `connections_max` were open.
+    pub refused_full: u64,
+    /// Closed for a frame whose size field was below a header or above `frame_size_max`.
+    pub frames_oversized: u64,
+    /// Disconnected for not reading: `send_queue_bytes_max` or `OUTBOUND_FRAMES_MAX` reached.
+    pub slow_readers_cut: u64,
+    /// Closed by the shard (`close_client`).
+    pub closed_by_server: u64,
+    pub frames_in: u64,
+    pub bytes_in: u64,
+    pub frames_out: u64,
+    pub bytes_out: u64,
 }
 
 fn io_error(error: &io::Error) -> IoError {
@@ -206,9 +253,31 @@ struct Shared {
     /// `INBOUND_FRAMES_MAX`: a connection's reader waits for a credit before queueing one, so a
     /// client that floods frames is slowed by TCP back-pressure, not buffered without bound.
     inbound_credits: Semaphore,
+    /// The same for their bytes (`NetLimits::inbound_bytes_max`): one permit a byte.
+    inbound_bytes: Semaphore,
     /// Each open client connection's bounded queue of frames to send.
-    connections: RefCell<HashMap<u128, glommio::channels::local_channel::LocalSender<Vec<u8>>>>,
+    connections: RefCell<HashMap<u128, ConnectionEntry>>,
     connection_next: Cell<u64>,
+    limits: NetLimits,
+    net_counters: Cell<NetCounters>,
+}
+
+/// An open client connection as the driver holds it.
+struct ConnectionEntry {
+    queue: glommio::channels::local_channel::LocalSender<Vec<u8>>,
+    /// Bytes in `queue` not yet written to the socket.
+    queued_bytes: Rc<Cell<usize>>,
+    fd: std::os::fd::RawFd,
+}
+
+impl ConnectionEntry {
+    /// Ends both directions of the socket: the reader sees the end and reports the connection
+    /// closed, and dropping the queue ends the writer.
+    fn shut_down(&self) {
+        // SAFETY: the descriptor stays open until the connection's tasks end, which this only
+        // asks them to do; shutdown(2) on a socket has no other effect.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+    }
 }
 
 impl Shared {
@@ -301,6 +370,39 @@ impl Shared {
         self.completions.borrow_mut().push_back(completion);
         self.ready.signal(1);
         self.any.signal(1);
+    }
+
+    fn count(&self, change: impl FnOnce(&mut NetCounters)) {
+        let mut counters = self.net_counters.get();
+        change(&mut counters);
+        self.net_counters.set(counters);
+    }
+
+    /// Queues a frame to a client; a client that let `NetLimits::send_queue_bytes_max` (or
+    /// `OUTBOUND_FRAMES_MAX` frames) pile up is cut off instead of buffered without bound.
+    fn send_to_client(&self, client: u128, frame: Vec<u8>) {
+        let len = frame.len();
+        let full = match self.connections.borrow().get(&client) {
+            // Gone already: a reply to a closed connection is dropped, as TCP would.
+            None => return,
+            Some(entry) => {
+                let queued = entry.queued_bytes.get();
+                // One frame always fits in an empty queue, whatever its size.
+                let over = queued + len > self.limits.send_queue_bytes_max && queued > 0;
+                if over || entry.queue.try_send(frame).is_err() {
+                    true
+                } else {
+                    entry.queued_bytes.set(queued + len);
+                    false
+                }
+            }
+        };
+        if full {
+            if let Some(entry) = self.connections.borrow_mut().remove(&client) {
+                entry.shut_down();
+            }
+            self.count(|counters| counters.slow_readers_cut += 1);
+        }
     }
 
     fn net_event(&self, event: NetEvent) {
@@ -552,6 +654,10 @@ pub struct GlommioIo {
     shared: Rc<Shared>,
     in_flight: Rc<Cell<usize>>,
     started: std::time::Instant,
+    /// Nanoseconds since the Unix epoch when the driver started: `now` counts from there, so the
+    /// timestamps groups stamp (created_at, message timestamps, expiry) are wall-clock times,
+    /// while `now` itself stays monotonic (a wall clock stepped back does not move it).
+    epoch_at_start: u64,
     random_state: u64,
     outbox: Vec<(Peer, Vec<u8>)>,
 }
@@ -575,11 +681,17 @@ impl GlommioIo {
                 net_events: RefCell::new(VecDeque::new()),
                 any: Semaphore::new(0),
                 inbound_credits: Semaphore::new(INBOUND_FRAMES_MAX as u64),
+                inbound_bytes: Semaphore::new(config.net.inbound_bytes_max as u64),
                 connections: RefCell::new(HashMap::new()),
                 connection_next: Cell::new(0),
+                limits: config.net,
+                net_counters: Cell::new(NetCounters::default()),
             }),
             in_flight: Rc::new(Cell::new(0)),
             started: std::time::Instant::now(),
+            epoch_at_start: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos() as u64),
             random_state: config.seed,
             outbox: Vec::new(),
         })
@@ -630,32 +742,65 @@ impl GlommioIo {
     pub fn listen(&mut self, address: std::net::SocketAddr) -> io::Result<std::net::SocketAddr> {
         let listener = glommio::net::TcpListener::bind(address).map_err(io::Error::from)?;
         let bound = listener.local_addr().map_err(io::Error::from)?;
-        let shared = self.shared.clone();
-        let seed = self.random();
+        let server = self.server();
         glommio::spawn_local(async move {
             loop {
-                let stream = match listener.accept().await {
-                    Ok(stream) => stream,
+                match listener.accept().await {
+                    Ok(stream) => server.serve(stream),
                     // Out of descriptors or a connection reset before accept: the listener stays;
                     // try again shortly instead of spinning.
-                    Err(_) => {
-                        glommio::timer::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                };
-                if shared.connections.borrow().len() >= CONNECTIONS_MAX {
-                    // Full: the new connection is closed at once (dropping it), the others go on.
-                    continue;
+                    Err(_) => glommio::timer::sleep(Duration::from_millis(10)).await,
                 }
-                // Unguessable ids: a client cannot name another's connection.
-                let counter = shared.connection_next.get();
-                shared.connection_next.set(counter + 1);
-                let client = ((mix(seed ^ counter) as u128) << 64) | mix(seed.rotate_left(17) ^ counter) as u128;
-                glommio::spawn_local(serve_connection(shared.clone(), client, stream)).detach();
             }
         })
         .detach();
         Ok(bound)
+    }
+
+    /// A handle that serves accepted connections on this shard (for a listener's task).
+    pub fn server(&mut self) -> ConnectionServer {
+        ConnectionServer { shared: self.shared.clone(), seed: self.random() }
+    }
+
+    /// Queues a frame on a client connection (what `Io::send` to a `Peer::Client` does).
+    pub fn send_to_client(&mut self, client: u128, frame: Vec<u8>) {
+        self.shared.send_to_client(client, frame);
+    }
+
+    /// Closes a client connection; its `Closed` event follows.
+    pub fn close_client(&mut self, client: u128) {
+        if let Some(entry) = self.shared.connections.borrow_mut().remove(&client) {
+            entry.shut_down();
+            self.shared.count(|counters| counters.closed_by_server += 1);
+        }
+    }
+
+    pub fn net_counters(&self) -> NetCounters {
+        self.shared.net_counters.get()
+    }
+
+    /// A completion or network event already queued, if any (the non-waiting `next_event`).
+    pub fn try_event(&mut self) -> Option<DriverEvent> {
+        if let Some(completion) = self.try_completion() {
+            return Some(DriverEvent::Completion(completion));
+        }
+        let event = self.shared.net_events.borrow_mut().pop_front()?;
+        if let NetEvent::Frame { frame, .. } = &event {
+            self.shared.inbound_credits.signal(1);
+            self.shared.inbound_bytes.signal(frame.len() as u64);
+        }
+        Some(DriverEvent::Net(event))
+    }
+
+    /// Waits until a completion or network event may be queued (a wake-up, not a count: the
+    /// caller takes them with `try_event`).
+    pub async fn wait_event(&self) {
+        if !self.shared.completions.borrow().is_empty() || !self.shared.net_events.borrow().is_empty() {
+            return;
+        }
+        let _ = self.shared.any.acquire(1).await;
+        let stale = self.shared.any.available();
+        let _ = self.shared.any.try_acquire(stale);
     }
 
     /// The next completion or network event, waiting for one.
@@ -666,8 +811,9 @@ impl GlommioIo {
             }
             let event = self.shared.net_events.borrow_mut().pop_front();
             if let Some(event) = event {
-                if matches!(event, NetEvent::Frame { .. }) {
+                if let NetEvent::Frame { frame, .. } = &event {
                     self.shared.inbound_credits.signal(1);
+                    self.shared.inbound_bytes.signal(frame.len() as u64);
                 }
                 return DriverEvent::Net(event);
             }
@@ -712,24 +858,13 @@ async fn write_all(handle: &BufferedFile, offset: u64, bytes: Vec<u8>) -> Result
 
 impl Io for GlommioIo {
     fn now(&self) -> Instant {
-        self.started.elapsed().as_nanos() as u64
+        self.epoch_at_start + self.started.elapsed().as_nanos() as u64
     }
 
     fn send(&mut self, to: Peer, message: Vec<u8>) {
         match to {
             Peer::Replica(_) => self.outbox.push((to, message)),
-            Peer::Client(client) => {
-                let full = match self.shared.connections.borrow().get(&client) {
-                    Some(queue) => queue.try_send(message).is_err(),
-                    // Gone already: a reply to a closed connection is dropped, as TCP would.
-                    None => false,
-                };
-                if full {
-                    // A client that does not read its replies is cut off rather than buffered
-                    // without bound: dropping the queue ends its writer, which closes the socket.
-                    self.shared.connections.borrow_mut().remove(&client);
-                }
-            }
+            Peer::Client(client) => self.shared.send_to_client(client, message),
         }
     }
 
@@ -940,12 +1075,15 @@ where
     let mesh = glommio::channels::channel_mesh::MeshBuilder::<M, _>::full(cpus.len(), channel_capacity);
     let shard_count = cpus.len();
     let mut handles = Vec::new();
-    for (shard, &cpu) in cpus.iter().enumerate() {
+    for (placed, &cpu) in cpus.iter().enumerate() {
         let (mesh, shard_main) = (mesh.clone(), shard_main.clone());
         let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Fixed(cpu))
-            .name(&format!("vireo-shard-{shard}"))
+            .name(&format!("vireo-shard-{placed}"))
             .spawn(move || async move {
                 let (senders, receivers) = mesh.join().await.expect("shards join the mesh");
+                // The mesh numbers its peers by executor, in the order they were made: a shard's
+                // number is its index there, so that `senders.send_to(n)` reaches shard n.
+                let shard = senders.peer_id();
                 shard_main(ShardContext { shard, shard_count, senders, receivers }).await
             })
             .map_err(io::Error::from)?;
@@ -1073,6 +1211,11 @@ pub const CONNECTIONS_MAX: usize = 10_000;
 pub const OUTBOUND_FRAMES_MAX: usize = 1024;
 /// Frames received from all clients and not yet handled at most (see `inbound_credits`).
 pub const INBOUND_FRAMES_MAX: usize = 4096;
+/// Bytes queued to one client at most (`NetLimits::send_queue_bytes_max`'s default).
+pub const SEND_QUEUE_BYTES_MAX: usize = 64 << 20;
+/// Bytes received and not yet handled at most (`NetLimits::inbound_bytes_max`'s default): room
+/// for the largest frame twice.
+pub const INBOUND_BYTES_MAX: usize = 2 * FRAME_SIZE_MAX;
 
 /// What a shard's loop gets from its driver.
 #[derive(Debug)]
@@ -1105,23 +1248,63 @@ fn mix(value: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// Serves accepted connections on the shard it was made on: each gets an id, a bounded send
+/// queue, and a reader that turns its bytes into frames.
+#[derive(Clone)]
+pub struct ConnectionServer {
+    shared: Rc<Shared>,
+    seed: u64,
+}
+
+impl ConnectionServer {
+    /// Serves one accepted connection, or closes it at once when `connections_max` are open.
+    pub fn serve(&self, stream: glommio::net::TcpStream) {
+        let shared = &self.shared;
+        if shared.connections.borrow().len() >= shared.limits.connections_max {
+            // Full: the new connection is closed (dropped), the others go on.
+            shared.count(|counters| counters.refused_full += 1);
+            return;
+        }
+        shared.count(|counters| counters.accepted += 1);
+        // Unguessable ids: a client cannot name another's connection.
+        let counter = shared.connection_next.get();
+        shared.connection_next.set(counter + 1);
+        let client = ((mix(self.seed ^ counter) as u128) << 64) | mix(self.seed.rotate_left(17) ^ counter) as u128;
+        glommio::spawn_local(serve_connection(shared.clone(), client, stream)).detach();
+    }
+}
+
 async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net::TcpStream) {
     use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    use std::os::fd::AsRawFd;
     let address = stream.peer_addr().ok();
     let _ = stream.set_nodelay(true);
+    let fd = stream.as_raw_fd();
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (sender, receiver) = glommio::channels::local_channel::new_bounded::<Vec<u8>>(OUTBOUND_FRAMES_MAX);
-    shared.connections.borrow_mut().insert(client, sender);
+    let queued_bytes = Rc::new(Cell::new(0usize));
+    shared
+        .connections
+        .borrow_mut()
+        .insert(client, ConnectionEntry { queue: sender, queued_bytes: queued_bytes.clone(), fd });
     shared.net_event(NetEvent::Connected { client, address });
+    let writer_shared = shared.clone();
     glommio::spawn_local(async move {
         while let Some(frame) = receiver.recv().await {
+            let len = frame.len();
             if writer.write_all(&frame).await.is_err() {
                 break;
             }
+            queued_bytes.set(queued_bytes.get().saturating_sub(len));
+            writer_shared.count(|counters| {
+                counters.frames_out += 1;
+                counters.bytes_out += len as u64;
+            });
         }
         let _ = writer.close().await;
     })
     .detach();
+    let frame_size_max = shared.limits.frame_size_max.min(shared.limits.inbound_bytes_max);
     let reason = loop {
         let mut header = vec![0u8; FRAME_HEADER_SIZE];
         if let Err(error) = reader.read_exact(&mut header).await {
@@ -1132,19 +1315,30 @@ async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net
             };
         }
         let size = u32::from_le_bytes(header[FRAME_SIZE_OFFSET..FRAME_SIZE_OFFSET + 4].try_into().unwrap()) as usize;
-        if !(FRAME_HEADER_SIZE..=FRAME_SIZE_MAX).contains(&size) {
-            break format!("frame size {size} outside {FRAME_HEADER_SIZE}..={FRAME_SIZE_MAX}");
+        if !(FRAME_HEADER_SIZE..=frame_size_max).contains(&size) {
+            shared.count(|counters| counters.frames_oversized += 1);
+            break format!("frame size {size} outside {FRAME_HEADER_SIZE}..={frame_size_max}");
+        }
+        if !shared.connections.borrow().contains_key(&client) {
+            break "disconnected by the server".to_string();
+        }
+        // Room for the whole frame before its body is read: what clients send and the loop has
+        // not taken stays under `inbound_bytes_max`.
+        if shared.inbound_bytes.acquire(size as u64).await.is_err() {
+            break "shutting down".to_string();
         }
         header.resize(size, 0);
         if let Err(error) = reader.read_exact(&mut header[FRAME_HEADER_SIZE..]).await {
+            shared.inbound_bytes.signal(size as u64);
             break error.to_string();
-        }
-        if !shared.connections.borrow().contains_key(&client) {
-            break "disconnected: it did not read its replies".to_string();
         }
         if shared.inbound_credits.acquire(1).await.is_err() {
             break "shutting down".to_string();
         }
+        shared.count(|counters| {
+            counters.frames_in += 1;
+            counters.bytes_in += size as u64;
+        });
         shared.net_event(NetEvent::Frame { client, frame: header });
     };
     // Dropping the queue ends the writer, which closes the socket.

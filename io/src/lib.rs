@@ -15,7 +15,8 @@ use std::fmt;
 #[cfg(all(feature = "glommio", target_os = "linux"))]
 pub mod glommio;
 
-/// Virtual or real time in nanoseconds since the driver started. Monotonic.
+/// Time in nanoseconds, monotonic: virtual time since the run began in the simulator, wall-clock
+/// time since the Unix epoch (anchored when the driver starts) in the glommio driver.
 pub type Instant = u64;
 
 /// The fixed interval at which a driver calls a state machine's `tick`: every timeout in Vireo is

@@ -16,6 +16,7 @@ pub mod partition;
 pub mod partitioning;
 pub mod reads;
 pub mod routing;
+pub mod server;
 pub mod shard;
 pub mod wire_view;
 

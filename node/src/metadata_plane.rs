@@ -28,6 +28,15 @@ pub const ROOT_PASSWORD_DEFAULT: &str = "iggy";
 /// the public default password, which a ChangePassword replaces with a randomly salted hash.
 const ROOT_GENESIS_SALT: [u8; 16] = *b"vireo-genesis-01";
 
+/// Whether the root user still has the genesis credentials (`iggy` with its default password):
+/// what a server changes at first boot unless told to keep them.
+pub fn root_has_genesis_credentials(metadata: &Metadata) -> bool {
+    let genesis = hash_password(ROOT_PASSWORD_DEFAULT, ROOT_GENESIS_SALT, PasswordCost::Test);
+    metadata
+        .user(crate::metadata::ROOT_USER_ID)
+        .is_some_and(|root| root.username == crate::metadata::ROOT_USERNAME && root.password_hash == genesis)
+}
+
 /// Request operations of the metadata plane (`PROTOCOL.md`, request operation 128..149), and
 /// the command code each one's body is laid out as.
 pub const OPERATIONS: [(u8, u32); 22] = [

@@ -341,6 +341,12 @@ impl Node {
         self.connections.len()
     }
 
+    /// Client requests this shard admitted and has not answered yet (what a graceful shutdown
+    /// waits for).
+    pub fn requests_in_flight(&self) -> usize {
+        self.connections.values().map(|connection| connection.in_flight.len()).sum()
+    }
+
     pub fn poll_event(&mut self) -> Option<NodeEvent> {
         self.events.pop_front()
     }

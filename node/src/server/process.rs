@@ -1,0 +1,336 @@
+//! The vireo-server process: flags, configuration, logging, the data directory (its lock,
+//! `--fresh`, `runtime/current_config.toml`), the listeners (bound here, so a port in use is one
+//! clear line before any shard starts), signals, the shards, and the exit code (0 after a
+//! graceful shutdown; 1 with one line on stderr for anything that stops the server).
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use clap::Parser;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+
+use vireo_io::glommio::run_shards;
+use vireo_protocol::config::Config;
+use vireo_protocol::wire;
+
+use crate::metadata::PasswordCost;
+use crate::node::NodeConfig;
+use crate::server::config::{self, ConfigError, ServerConfig, ENV_CONFIG_PATH, ENV_ROOT_PASSWORD, ENV_ROOT_USERNAME};
+use crate::server::metrics::ShardStats;
+use crate::server::root_credentials::RootPlan;
+use crate::server::shard_loop::{run_shard, ServerShared};
+use crate::shard::ShardConfig;
+
+/// Partition groups one shard hosts at most.
+const PARTITIONS_PER_SHARD_MAX: usize = 16_384;
+/// Client sessions the metadata group's and each partition group's client tables keep.
+const METADATA_CLIENTS_MAX: usize = 4096;
+const PARTITION_CLIENTS_MAX: usize = 1024;
+/// Length of a generated root password (alphanumeric).
+const GENERATED_PASSWORD_LEN: usize = 24;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "vireo-server",
+    version,
+    about = "Vireo: a persistent message-streaming server that speaks the Iggy protocol, every change replicated by VSR."
+)]
+pub struct Args {
+    /// The configuration file (TOML). Without it, VIREO_CONFIG_PATH; without that, the embedded
+    /// default. Any key can be overridden by VIREO_ + its path in upper case.
+    #[arg(long, short = 'c', value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Delete the data directory (system.path) before starting.
+    #[arg(long)]
+    pub fresh: bool,
+    /// Keep the root user's default credentials (iggy / iggy) at first boot, unless
+    /// VIREO_ROOT_USERNAME and VIREO_ROOT_PASSWORD set others.
+    #[arg(long)]
+    pub with_default_root_credentials: bool,
+    /// This node's replica_id in [[cluster.nodes]] (0 for a single node).
+    #[arg(long, value_name = "N")]
+    pub replica_id: Option<u8>,
+}
+
+pub fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("vireo-server: {reason}");
+            tracing::error!("{reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The process's environment as strings; a `VIREO_` variable that is not UTF-8 is an error.
+fn environment() -> Result<Vec<(String, String)>, String> {
+    let mut variables = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str().map(str::to_string) else { continue };
+        if !name.starts_with(config::ENV_PREFIX) && name != "RUST_LOG" {
+            continue;
+        }
+        let value = value.into_string().map_err(|_| format!("environment variable {name}: not valid UTF-8"))?;
+        variables.push((name, value));
+    }
+    Ok(variables)
+}
+
+fn env_value<'a>(env: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    env.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str())
+}
+
+fn random_bytes<const N: usize>() -> Result<[u8; N], String> {
+    let mut bytes = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|error| format!("cannot read /dev/urandom: {error}"))?;
+    Ok(bytes)
+}
+
+fn generated_password() -> Result<String, String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let bytes = random_bytes::<GENERATED_PASSWORD_LEN>()?;
+    Ok(bytes.iter().map(|byte| ALPHABET[*byte as usize % ALPHABET.len()] as char).collect())
+}
+
+fn root_plan(args: &Args, env: &[(String, String)]) -> Result<RootPlan, String> {
+    match (env_value(env, ENV_ROOT_USERNAME), env_value(env, ENV_ROOT_PASSWORD)) {
+        (Some(username), Some(password)) => {
+            if username.is_empty() || username.len() > 50 {
+                return Err(format!("{ENV_ROOT_USERNAME}: a username has 1 to 50 bytes"));
+            }
+            if password.len() < 3 || password.len() > 100 {
+                return Err(format!("{ENV_ROOT_PASSWORD}: a password has 3 to 100 bytes"));
+            }
+            Ok(RootPlan::Set { username: username.to_string(), password: password.to_string(), generated: false })
+        }
+        (None, None) if args.with_default_root_credentials => Ok(RootPlan::KeepDefault),
+        (None, None) => Ok(RootPlan::Set {
+            username: crate::metadata::ROOT_USERNAME.to_string(),
+            password: generated_password()?,
+            generated: true,
+        }),
+        _ => Err(format!("{ENV_ROOT_USERNAME} and {ENV_ROOT_PASSWORD} are set together or not at all")),
+    }
+}
+
+fn init_logging(config: &ServerConfig, env: &[(String, String)]) -> Result<(), String> {
+    let filter = match env_value(env, "RUST_LOG") {
+        Some(filter) => {
+            tracing_subscriber::EnvFilter::try_new(filter).map_err(|error| format!("RUST_LOG `{filter}`: {error}"))?
+        }
+        None => tracing_subscriber::EnvFilter::try_new(&config.system.logging.level).expect("validated"),
+    };
+    let logs = config.system.path.join("logs");
+    std::fs::create_dir_all(&logs).map_err(|error| format!("cannot create {}: {error}", logs.display()))?;
+    let path = logs.join("vireo-server.log");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(Mutex::new(file)))
+        .try_init()
+        .map_err(|error| format!("logging: {error}"))
+}
+
+fn bind(key: &str, address: SocketAddr) -> Result<std::net::TcpListener, String> {
+    std::net::TcpListener::bind(address).map_err(|error| {
+        let reason = match error.kind() {
+            std::io::ErrorKind::AddrInUse => "the address is in use (another server listens there)".to_string(),
+            std::io::ErrorKind::AddrNotAvailable => "no interface of this machine has that address".to_string(),
+            std::io::ErrorKind::PermissionDenied => {
+                "permission denied (a port below 1024 needs privileges)".to_string()
+            }
+            _ => error.to_string(),
+        };
+        format!("key `{key}`: cannot listen on {address}: {reason}")
+    })
+}
+
+/// Takes the data directory's lock: two servers on one directory would corrupt it.
+fn lock_data_directory(path: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let runtime = path.join("runtime");
+    std::fs::create_dir_all(&runtime).map_err(|error| format!("cannot create {}: {error}", runtime.display()))?;
+    let lock_path = runtime.join("vireo.lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|error| format!("cannot open {}: {error}", lock_path.display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!("the data directory {} is in use by another vireo-server", path.display()));
+    }
+    Ok(lock)
+}
+
+/// Lets the process hold every connection its bounds allow: the soft limit on open files goes
+/// up to the hard one.
+fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+    limit.rlim_cur
+}
+
+/// The node configuration a server's shards are opened with (the shard fields are set per shard).
+pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeConfig {
+    let cluster = xxhash_rust::xxh3::xxh3_128(config.cluster.name.as_bytes()) | 1;
+    let journal = &config.system.journal;
+    let mut metadata = Config::new(cluster, 1);
+    metadata.journal_slots = journal.metadata_slots;
+    metadata.prepare_size_max = journal.prepare_size_max;
+    metadata.clients_max = METADATA_CLIENTS_MAX;
+    let mut partition = metadata.clone();
+    partition.journal_slots = journal.partition_slots;
+    partition.clients_max = PARTITION_CLIENTS_MAX;
+    metadata.validate();
+    partition.validate();
+    let roster = config
+        .cluster
+        .nodes
+        .iter()
+        .take(1)
+        .map(|node| wire::ClusterNode {
+            name: node.name.clone(),
+            ip: node.ip.clone(),
+            tcp_port,
+            quic_port: node.ports.quic as u16,
+            http_port: node.ports.http as u16,
+            websocket_port: node.ports.websocket as u16,
+            role: 0,
+            status: 0,
+        })
+        .collect();
+    NodeConfig {
+        shard: ShardConfig { node: 0, shard: 0, shards, metadata, partition, partitions_max: PARTITIONS_PER_SHARD_MAX },
+        connections_max: config.tcp.connections_max_per_shard as usize,
+        cluster_name: config.cluster.name.clone(),
+        roster,
+        password_cost: PasswordCost::Production,
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let env = environment()?;
+    let path = args.config.clone().or_else(|| env_value(&env, ENV_CONFIG_PATH).map(PathBuf::from));
+    let loaded = config::load(path.as_deref(), &env).map_err(|ConfigError(line)| line)?;
+    let mut config = loaded.config;
+    if let Some(replica_id) = args.replica_id {
+        if replica_id as usize >= config.cluster.nodes.len().max(1) {
+            return Err(format!(
+                "--replica-id {replica_id}: the roster ([[cluster.nodes]]) has {} node(s)",
+                config.cluster.nodes.len()
+            ));
+        }
+        if replica_id != 0 {
+            return Err(format!(
+                "--replica-id {replica_id}: a single node is replica 0 (clusters are not in this release)"
+            ));
+        }
+    }
+    let root = root_plan(&args, &env)?;
+    let data = config.system.path.clone();
+    if args.fresh && data.exists() {
+        if data.parent().is_none() || data.as_os_str() == "." {
+            return Err(format!("--fresh: refusing to delete {}", data.display()));
+        }
+        std::fs::remove_dir_all(&data)
+            .map_err(|error| format!("--fresh: cannot delete {}: {error}", data.display()))?;
+    }
+    std::fs::create_dir_all(&data)
+        .map_err(|error| format!("key `system.path`: cannot create {}: {error}", data.display()))?;
+    let _lock = lock_data_directory(&data)?;
+    init_logging(&config, &env)?;
+    let tcp = bind("tcp.address", config.tcp_address())?;
+    let tcp_address = tcp.local_addr().map_err(|error| error.to_string())?;
+    config.tcp.address = tcp_address.to_string();
+    let http = if config.http.enabled {
+        let listener = bind("http.address", config.http_address())?;
+        config.http.address = listener.local_addr().map_err(|error| error.to_string())?.to_string();
+        Some(listener)
+    } else {
+        None
+    };
+    let open_files = raise_open_files_limit();
+    let current = data.join("runtime").join("current_config.toml");
+    std::fs::write(&current, config.to_toml_without_secrets())
+        .map_err(|error| format!("cannot write {}: {error}", current.display()))?;
+    let cpus = config.cpu_allocation().cpus();
+    let shards = cpus.len() as u16;
+    let overridden = if loaded.overridden.is_empty() {
+        String::new()
+    } else {
+        format!(" (set by the environment: {})", loaded.overridden.join(", "))
+    };
+    println!("vireo-server {}", env!("CARGO_PKG_VERSION"));
+    println!("listening on {tcp_address} (tcp)");
+    if config.http.enabled {
+        println!("metrics on http://{}{}", config.http.address, config.http.metrics_path);
+    }
+    println!("data directory {}", data.display());
+    println!("{shards} shard(s), pinned to cores {cpus:?}");
+    println!("config from {}{overridden}; effective config in {}", loaded.source, current.display());
+    tracing::info!(address = %tcp_address, data = %data.display(), shards, open_files, "starting");
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // A second signal while shutting down exits at once.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, shutdown.clone())
+            .and_then(|_| signal_hook::flag::register(signal, shutdown.clone()))
+            .map_err(|error| format!("cannot handle signal {signal}: {error}"))?;
+    }
+    let seed = u64::from_le_bytes(random_bytes::<8>()?);
+    let shared = Arc::new(ServerShared {
+        node: node_config(&config, tcp_address.port(), shards),
+        config,
+        tcp_listener: Mutex::new(Some(tcp)),
+        http_listener: Mutex::new(http),
+        stats: Arc::new((0..shards).map(|_| ShardStats::default()).collect()),
+        shutdown,
+        root,
+        seed,
+        accepting: AtomicBool::new(false),
+    });
+    let capacity = shared.config.system.sharding.inbox_capacity as usize;
+    let results = run_shards(&cpus, capacity, move |context| {
+        let shared = shared.clone();
+        async move {
+            let result = run_shard(context, shared.clone()).await;
+            if result.is_err() {
+                // One shard stopped: the others shut down too, and the process exits non-zero.
+                shared.shutdown.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            result
+        }
+    })
+    .map_err(|error| format!("cannot start the shards: {error}"))?;
+    // Whatever the groups wrote and did not need synced (topics without enforce_fsync) goes to
+    // the device before the process says it stopped.
+    vireo_io::glommio::flush_all_filesystems();
+    for result in results {
+        result?;
+    }
+    tracing::info!("stopped");
+    println!("vireo-server stopped");
+    Ok(())
+}

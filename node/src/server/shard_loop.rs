@@ -1,0 +1,675 @@
+//! One shard of vireo-server: a pinned glommio executor running one `Node` (the same code the
+//! simulator runs) over `GlommioIo`. Its loop drains what is ready (I/O completions, client
+//! frames, messages from the other shards) into the node, ticks it every `TICK_NS`, and carries
+//! out what the node asks through `ServerIo`, the driver's `NodeIo`.
+//!
+//! Shard 0 also accepts the client connections and hands each to a shard, round-robin, as an
+//! accepted descriptor over the shard channels (the reference's way: one listener, no
+//! SO_REUSEPORT race between processes), serves `/metrics`, and sets the root credentials at
+//! first boot (`root_credentials`) before it accepts anyone.
+//!
+//! Shutdown (SIGINT/SIGTERM sets `ServerShared::shutdown`): the listener stops; frames that
+//! arrive are no longer admitted (counted, their connections closed at the end); requests in
+//! flight get `drain_timeout_ms` to be answered; then every connection closes, the I/O in
+//! flight completes, and the shard returns. The process syncs and exits 0.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use glommio::channels::channel_mesh::Senders;
+use glommio::sync::Semaphore;
+use vireo_io::glommio::{DriverConfig, DriverEvent, GlommioIo, NetEvent, NetLimits, ShardContext};
+use vireo_io::{Io, Peer, TICK_NS};
+use vireo_protocol::replica::ReplicaEvent;
+
+use crate::node::{Node, NodeConfig, NodeEvent};
+use crate::node_io::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
+use crate::server::config::ServerConfig;
+use crate::server::metrics::{command_name, AllStats, ShardFigures};
+use crate::server::root_credentials::{RootPlan, RootSetup, INTERNAL_CONNECTION};
+use crate::shard::ShardEvent;
+
+/// What crosses between the server's shards.
+pub enum ShardMail {
+    Node(ShardMessage),
+    /// A connection shard 0 accepted, for the receiving shard to serve.
+    Accepted(glommio::net::AcceptedTcpStream),
+}
+
+/// What every shard shares (read-only but for the listeners shard 0 takes and the flags).
+pub struct ServerShared {
+    pub config: ServerConfig,
+    pub node: NodeConfig,
+    pub tcp_listener: Mutex<Option<std::net::TcpListener>>,
+    pub http_listener: Mutex<Option<std::net::TcpListener>>,
+    pub stats: AllStats,
+    pub shutdown: Arc<AtomicBool>,
+    pub root: RootPlan,
+    pub seed: u64,
+    /// Set by shard 0 once it accepts clients.
+    pub accepting: AtomicBool,
+}
+
+/// Requests one connection may have waiting for their replies in the latency table; past it the
+/// oldest is forgotten (its latency is not recorded).
+const TIMED_REQUESTS_MAX: usize = 64;
+/// Ticks between two publications of a shard's figures for `/metrics`.
+const PUBLISH_TICKS: u64 = 10;
+/// Inputs the loop takes before it lets the shard's I/O tasks run.
+const INPUTS_PER_TURN: usize = 256;
+/// How long the I/O in flight gets to complete once every connection is closed.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP requests `/metrics` serves at once, and the bytes of one request head.
+const HTTP_CONNECTIONS_MAX: u64 = 64;
+const HTTP_HEAD_BYTES_MAX: usize = 8192;
+
+/// A request waiting for its reply: when it arrived, what it was, its size.
+struct Timed {
+    request: u64,
+    arrived: u64,
+    command: &'static str,
+}
+
+/// The driver's client ids and the node's connection numbers, both ways, and each
+/// connection's requests being timed.
+#[derive(Default)]
+struct Links {
+    by_connection: HashMap<ConnectionId, (u128, VecDeque<Timed>)>,
+    by_client: HashMap<u128, ConnectionId>,
+    next: ConnectionId,
+}
+
+/// Messages from the other shards, taken by the loop without waiting; the forwarders wait for
+/// `space` (the inbox's bound) before they take the next one off a channel.
+struct Inbox {
+    queue: RefCell<VecDeque<ShardMail>>,
+    ready: Semaphore,
+    space: Semaphore,
+}
+
+/// The `NodeIo` the node runs on: the shard's `GlommioIo`, its channels, its connections.
+struct ServerIo<'a> {
+    io: &'a mut GlommioIo,
+    senders: &'a Senders<ShardMail>,
+    links: &'a mut Links,
+    figures: &'a mut ShardFigures,
+    /// Replies to the shard's own internal connection (the root credentials setup).
+    internal: &'a mut Vec<Vec<u8>>,
+}
+
+impl Io for ServerIo<'_> {
+    vireo_io::forward_asks_but_send!(io);
+
+    fn send(&mut self, to: Peer, message: Vec<u8>) {
+        match to {
+            // A single node has no peers: a replica of a one-replica group sends to none, and
+            // whatever it did is dropped and counted.
+            Peer::Replica(_) => self.figures.replica_frames_dropped += 1,
+            Peer::Client(_) => self.io.send(to, message),
+        }
+    }
+}
+
+impl NodeIo for ServerIo<'_> {
+    fn send_to_shard(&mut self, shard: u16, message: ShardMessage) -> Result<(), ChannelFull> {
+        self.senders.try_send_to(shard as usize, ShardMail::Node(message)).map_err(|_| ChannelFull(shard))
+    }
+
+    fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>) {
+        if connection == INTERNAL_CONNECTION {
+            self.internal.push(frame);
+            return;
+        }
+        let Some((client, timed)) = self.links.by_connection.get_mut(&connection) else { return };
+        let client = *client;
+        if frame.len() >= 256 && frame[60] == 8 {
+            let request = u64::from_le_bytes(frame[200..208].try_into().expect("8 bytes"));
+            let status = u32::from_le_bytes(frame[216..220].try_into().expect("4 bytes"));
+            if let Some(at) = timed.iter().position(|entry| entry.request == request) {
+                let entry = timed.remove(at).expect("found");
+                let figures = self.figures.commands.entry(entry.command).or_default();
+                figures.requests += 1;
+                figures.errors += (status != 0) as u64;
+                figures.bytes_out += frame.len() as u64;
+                let micros = (self.io.now().saturating_sub(entry.arrived) / 1000).max(1);
+                figures.latency_us.saturating_record(micros);
+            }
+        }
+        self.io.send_to_client(client, frame);
+    }
+
+    fn close_connection(&mut self, connection: ConnectionId) {
+        if let Some((client, _)) = self.links.by_connection.get(&connection) {
+            self.io.close_client(*client);
+        }
+    }
+}
+
+macro_rules! with_node {
+    ($state:ident, |$node:ident, $sio:ident| $action:expr) => {{
+        let mut $sio = ServerIo {
+            io: &mut $state.io,
+            senders: &$state.senders,
+            links: &mut $state.links,
+            figures: &mut $state.figures,
+            internal: &mut $state.internal,
+        };
+        let $node = &mut $state.node;
+        $action
+    }};
+}
+
+enum Phase {
+    Running,
+    /// Shutting down: no new request is admitted; waits for those in flight until `deadline`.
+    Draining {
+        deadline: u64,
+    },
+    /// Every connection closed; waits for the I/O in flight until `deadline`.
+    Closing {
+        deadline: u64,
+    },
+}
+
+struct ShardState {
+    shard: u16,
+    io: GlommioIo,
+    senders: Rc<Senders<ShardMail>>,
+    links: Links,
+    figures: ShardFigures,
+    internal: Vec<Vec<u8>>,
+    node: Node,
+    /// Frames not admitted because the server is shutting down.
+    refused_shutting_down: u64,
+    fatal: Option<String>,
+}
+
+/// Runs one shard until shutdown; `Err` when a group failed (the process exits non-zero and a
+/// restart recovers from what is durable).
+pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShared>) -> Result<(), String> {
+    let ShardContext { shard, shard_count, senders, mut receivers } = context;
+    let config = &shared.config;
+    let mut driver = DriverConfig::new(&config.system.path);
+    driver.seed = shared.seed ^ (shard as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    driver.net = NetLimits {
+        connections_max: config.tcp.connections_max_per_shard as usize,
+        frame_size_max: config.tcp.frame_size_max as usize,
+        send_queue_bytes_max: config.tcp.send_queue_bytes_max as usize,
+        inbound_bytes_max: config.tcp.inbound_bytes_max as usize,
+    };
+    let mut io = GlommioIo::new(&driver).map_err(|error| format!("shard {shard}: {error}"))?;
+    let inbox = Rc::new(Inbox {
+        queue: RefCell::new(VecDeque::new()),
+        ready: Semaphore::new(0),
+        space: Semaphore::new(config.system.sharding.inbox_capacity),
+    });
+    for (_, receiver) in receivers.streams() {
+        let inbox = inbox.clone();
+        glommio::spawn_local(async move {
+            loop {
+                if inbox.space.acquire(1).await.is_err() {
+                    break;
+                }
+                let Some(mail) = receiver.recv().await else { break };
+                inbox.queue.borrow_mut().push_back(mail);
+                inbox.ready.signal(1);
+            }
+        })
+        .detach();
+    }
+    let mut node_config = shared.node.clone();
+    node_config.shard.shard = shard as u16;
+    node_config.shard.shards = shard_count as u16;
+    let senders = Rc::new(senders);
+    let mut links = Links::default();
+    let mut figures = ShardFigures::default();
+    let mut internal = Vec::new();
+    let node = {
+        let mut sio = ServerIo {
+            io: &mut io,
+            senders: &senders,
+            links: &mut links,
+            figures: &mut figures,
+            internal: &mut internal,
+        };
+        Node::open(node_config, &mut sio)
+    };
+    let mut state = ShardState {
+        shard: shard as u16,
+        io,
+        senders,
+        links,
+        figures,
+        internal,
+        node,
+        refused_shutting_down: 0,
+        fatal: None,
+    };
+    state.drain_node_events();
+    let server = state.io.server();
+    let stop_accepting = Rc::new(Cell::new(None::<std::os::fd::RawFd>));
+    let mut root = (shard == 0).then(|| {
+        let client = ((state.io.random() as u128) << 64 | state.io.random() as u128) | 1;
+        RootSetup::new(shared.root.clone(), client)
+    });
+    if shard == 0 {
+        if let Some(listener) = shared.http_listener.lock().expect("no panic holding it").take() {
+            serve_metrics(listener, shared.clone());
+        }
+    }
+    let mut accepting = false;
+    let mut phase = Phase::Running;
+    let mut ticks: u64 = 0;
+    let mut next_tick = state.io.now() + TICK_NS;
+    loop {
+        let mut handled = 0;
+        while handled < INPUTS_PER_TURN {
+            if let Some(event) = state.io.try_event() {
+                state.on_driver_event(event, &phase);
+            } else if let Some(mail) = inbox.pop() {
+                match mail {
+                    ShardMail::Node(message) => with_node!(state, |node, sio| node.on_shard_message(&mut sio, message)),
+                    ShardMail::Accepted(accepted) if matches!(phase, Phase::Running) => {
+                        server.serve(accepted.bind_to_executor())
+                    }
+                    // Shutting down: the connection is closed as it is dropped.
+                    ShardMail::Accepted(_) => {}
+                }
+                state.drain_node_events();
+            } else {
+                break;
+            }
+            handled += 1;
+        }
+        state.drive_root(&mut root, false)?;
+        if let Some(fatal) = state.fatal.take() {
+            return Err(fatal);
+        }
+        let now = state.io.now();
+        if now >= next_tick {
+            next_tick = (next_tick + TICK_NS).max(now + TICK_NS / 2);
+            ticks += 1;
+            with_node!(state, |node, sio| node.tick(&mut sio));
+            state.drain_node_events();
+            state.drive_root(&mut root, true)?;
+            if shard == 0 && root.is_none() && !accepting && matches!(phase, Phase::Running) {
+                accepting = true;
+                let listener = shared.tcp_listener.lock().expect("no panic holding it").take();
+                if let Some(listener) = listener {
+                    accept_connections(
+                        listener,
+                        state.senders.clone(),
+                        server.clone(),
+                        shard_count,
+                        stop_accepting.clone(),
+                    );
+                }
+                shared.accepting.store(true, Ordering::SeqCst);
+                tracing::info!("accepting clients");
+            }
+            if ticks.is_multiple_of(PUBLISH_TICKS) {
+                state.publish(&shared.stats);
+            }
+            match phase {
+                Phase::Running if shared.shutdown.load(Ordering::SeqCst) => {
+                    if let Some(fd) = stop_accepting.take() {
+                        // Ends the accept loop: accept(2) on a shut-down listener fails at once.
+                        // SAFETY: the listener's descriptor stays open; shutdown(2) only stops it.
+                        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+                    }
+                    let drain = Duration::from_millis(config.system.shutdown.drain_timeout_ms).as_nanos() as u64;
+                    tracing::info!(
+                        shard,
+                        in_flight = state.node.requests_in_flight(),
+                        "shutting down: draining requests in flight"
+                    );
+                    phase = Phase::Draining { deadline: now + drain };
+                }
+                Phase::Draining { deadline } => {
+                    let drained = state.node.requests_in_flight() == 0;
+                    if drained || now >= deadline {
+                        if !drained {
+                            tracing::warn!(
+                                shard,
+                                in_flight = state.node.requests_in_flight(),
+                                "requests still in flight at the drain timeout: their connections close unanswered"
+                            );
+                        }
+                        let clients: Vec<u128> = state.links.by_client.keys().copied().collect();
+                        for client in clients {
+                            state.io.close_client(client);
+                        }
+                        phase = Phase::Closing { deadline: now + CLOSE_TIMEOUT.as_nanos() as u64 };
+                    }
+                }
+                Phase::Closing { deadline } => {
+                    if state.io.in_flight() == 0 || now >= deadline {
+                        if state.io.in_flight() != 0 {
+                            tracing::warn!(shard, in_flight = state.io.in_flight(), "I/O still in flight at exit");
+                        }
+                        state.publish(&shared.stats);
+                        tracing::info!(shard, refused = state.refused_shutting_down, "shard stopped");
+                        return Ok(());
+                    }
+                }
+                Phase::Running => {}
+            }
+            continue;
+        }
+        if handled > 0 {
+            // Let the I/O tasks the node's asks spawned submit and complete.
+            glommio::executor().yield_now().await;
+            continue;
+        }
+        let wait = Duration::from_nanos(next_tick - now);
+        let io = &state.io;
+        futures_lite::future::or(io.wait_event(), futures_lite::future::or(inbox.wait(), glommio::timer::sleep(wait)))
+            .await;
+    }
+}
+
+impl Inbox {
+    fn pop(&self) -> Option<ShardMail> {
+        let mail = self.queue.borrow_mut().pop_front()?;
+        self.space.signal(1);
+        Some(mail)
+    }
+
+    /// Waits until a message may be there (a wake-up, not a count).
+    async fn wait(&self) {
+        if !self.queue.borrow().is_empty() {
+            return;
+        }
+        let _ = self.ready.acquire(1).await;
+        let stale = self.ready.available();
+        let _ = self.ready.try_acquire(stale);
+    }
+}
+
+impl ShardState {
+    fn on_driver_event(&mut self, event: DriverEvent, phase: &Phase) {
+        match event {
+            DriverEvent::Completion(completion) => {
+                with_node!(self, |node, sio| node.on_completion(&mut sio, completion));
+            }
+            DriverEvent::Net(NetEvent::Connected { client, address }) => {
+                let connection = self.links.open(client);
+                tracing::info!(shard = self.shard, connection, address = %display_address(address), "connection opened");
+                with_node!(self, |node, sio| node.on_connection_opened(&mut sio, connection));
+            }
+            DriverEvent::Net(NetEvent::Frame { client, frame }) => {
+                let Some(&connection) = self.links.by_client.get(&client) else { return };
+                if !matches!(phase, Phase::Running) {
+                    self.refused_shutting_down += 1;
+                    return;
+                }
+                if frame.len() >= 256 {
+                    let request = u64::from_le_bytes(frame[168..176].try_into().expect("8 bytes"));
+                    let operation = frame[176];
+                    let code = u32::from_le_bytes(frame[196..200].try_into().expect("4 bytes"));
+                    let command = command_name(code, operation);
+                    self.figures.commands.entry(command).or_default().bytes_in += frame.len() as u64;
+                    let now = self.io.now();
+                    if let Some((_, timed)) = self.links.by_connection.get_mut(&connection) {
+                        if timed.len() == TIMED_REQUESTS_MAX {
+                            timed.pop_front();
+                        }
+                        timed.push_back(Timed { request, arrived: now, command });
+                    }
+                }
+                with_node!(self, |node, sio| node.on_client_frame(&mut sio, connection, &frame));
+            }
+            DriverEvent::Net(NetEvent::Closed { client, reason }) => {
+                let Some(connection) = self.links.by_client.remove(&client) else { return };
+                self.links.by_connection.remove(&connection);
+                tracing::info!(shard = self.shard, connection, reason, "connection closed");
+                with_node!(self, |node, sio| node.on_connection_closed(&mut sio, connection));
+            }
+        }
+        self.drain_node_events();
+    }
+
+    /// Logs what the node did that an operator wants to see, and counts it.
+    fn drain_node_events(&mut self) {
+        while let Some(event) = self.node.poll_event() {
+            match event {
+                NodeEvent::Replica(ShardEvent { namespace, event, .. }) => {
+                    let group = if namespace.is_metadata() {
+                        "metadata".to_string()
+                    } else {
+                        let (stream, topic, partition) = namespace.unpack();
+                        format!("partition {stream}/{topic}/{partition}")
+                    };
+                    match event {
+                        ReplicaEvent::Committed { .. } => self.figures.commits += 1,
+                        ReplicaEvent::StatusChanged { status, view } => {
+                            self.figures.view_changes += 1;
+                            tracing::info!(shard = self.shard, group, view, status = ?status, "view");
+                        }
+                        ReplicaEvent::Opened { view, op, commit_min, formatted, .. } => {
+                            tracing::info!(shard = self.shard, group, view, op, commit_min, formatted, "recovered");
+                        }
+                        ReplicaEvent::StateTransferred { op, chunks } => {
+                            tracing::info!(shard = self.shard, group, op, chunks, "state transferred");
+                        }
+                        ReplicaEvent::LogTruncated { op, .. } => {
+                            tracing::warn!(shard = self.shard, group, op, "log truncated")
+                        }
+                        ReplicaEvent::Wiping => {
+                            tracing::warn!(shard = self.shard, group, "removing an earlier incarnation's files")
+                        }
+                        ReplicaEvent::Superseded => {
+                            tracing::warn!(shard = self.shard, group, "files of a newer incarnation found: not opened")
+                        }
+                        ReplicaEvent::Failed { what, error } => {
+                            self.figures.replica_failures += 1;
+                            tracing::error!(shard = self.shard, group, what, %error, "group stopped: a write or sync failed");
+                            self.fatal.get_or_insert(format!("{group}: {what} failed: {error}"));
+                        }
+                        ReplicaEvent::CheckpointDurable { .. } => {}
+                    }
+                }
+                NodeEvent::ConnectionRefused { connection } => {
+                    tracing::warn!(
+                        shard = self.shard,
+                        connection,
+                        "connection refused: connections_max_per_shard reached"
+                    )
+                }
+                NodeEvent::Malformed { connection } => {
+                    tracing::warn!(shard = self.shard, connection, "malformed frame: connection closed")
+                }
+                NodeEvent::LoginVerified { connection, user_id } => {
+                    tracing::info!(shard = self.shard, connection, user_id, "logged in")
+                }
+                NodeEvent::Denied { connection, operation, status, .. } => {
+                    tracing::debug!(shard = self.shard, connection, operation, status, "refused")
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Moves the root credentials setup on: its next frames on the internal connection, the
+    /// replies it got; ends it (closing the connection) when it is over.
+    fn drive_root(&mut self, root: &mut Option<RootSetup>, tick: bool) -> Result<(), String> {
+        let Some(setup) = root.as_mut() else {
+            self.internal.clear();
+            return Ok(());
+        };
+        let mut frames = if tick { setup.step(&self.node) } else { Vec::new() };
+        loop {
+            for reply in std::mem::take(&mut self.internal) {
+                frames.extend(setup.on_reply(&reply));
+            }
+            if frames.is_empty() {
+                break;
+            }
+            if !setup.connection_open {
+                setup.connection_open = true;
+                with_node!(self, |node, sio| node.on_connection_opened(&mut sio, INTERNAL_CONNECTION));
+            }
+            for frame in std::mem::take(&mut frames) {
+                with_node!(self, |node, sio| node.on_client_frame(&mut sio, INTERNAL_CONNECTION, &frame));
+                self.drain_node_events();
+            }
+        }
+        let Some(result) = setup.finished() else { return Ok(()) };
+        if setup.connection_open {
+            with_node!(self, |node, sio| node.on_connection_closed(&mut sio, INTERNAL_CONNECTION));
+            self.drain_node_events();
+        }
+        *root = None;
+        result.map_err(|reason| format!("setting the root credentials: {reason}"))
+    }
+
+    fn publish(&mut self, stats: &AllStats) {
+        let figures = &mut self.figures;
+        figures.net = self.io.net_counters();
+        figures.node = self.node.counters;
+        figures.connections = self.node.connections() as u64;
+        let groups = self.node.shard();
+        figures.groups = groups.partitions().count() as u64 + groups.metadata().is_some() as u64;
+        figures.segments =
+            groups.segment_logs().filter_map(|(_, log)| log.log()).map(|log| log.segment_count() as u64).sum();
+        if let Some(metadata) = groups.metadata() {
+            figures.metadata_view = metadata.view() as u64;
+            figures.metadata_commit = metadata.commit_min();
+        }
+        if self.shard == 0 {
+            figures.catalog = self.node.view().map(|view| {
+                let metadata = &view.metadata;
+                let streams = metadata.streams().count() as u64;
+                let topics = metadata.streams().map(|stream| stream.topics.len() as u64).sum();
+                (streams, topics, view.partitions.len() as u64, metadata.users().count() as u64)
+            });
+        }
+        stats[self.shard as usize].publish(figures);
+    }
+}
+
+impl Links {
+    fn open(&mut self, client: u128) -> ConnectionId {
+        // Never INTERNAL_CONNECTION: the count would have to reach u64::MAX.
+        self.next += 1;
+        let connection = self.next;
+        self.by_connection.insert(connection, (client, VecDeque::new()));
+        self.by_client.insert(client, connection);
+        connection
+    }
+}
+
+fn display_address(address: Option<SocketAddr>) -> String {
+    address.map_or_else(|| "unknown".to_string(), |address| address.to_string())
+}
+
+/// Shard 0's accept loop: each connection goes to the next shard in turn.
+fn accept_connections(
+    listener: std::net::TcpListener,
+    senders: Rc<Senders<ShardMail>>,
+    server: vireo_io::glommio::ConnectionServer,
+    shard_count: usize,
+    stop: Rc<Cell<Option<std::os::fd::RawFd>>>,
+) {
+    let fd = listener.into_raw_fd();
+    // SAFETY: the descriptor is a bound, listening TCP socket whose ownership passes here.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(fd) };
+    stop.set(Some(fd));
+    glommio::spawn_local(async move {
+        let mut next = 0usize;
+        loop {
+            let accepted = match listener.shared_accept().await {
+                Ok(accepted) => accepted,
+                Err(_) if stop.get().is_none() => break,
+                // Out of descriptors, or a connection reset before accept: the listener stays.
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            if stop.get().is_none() {
+                break;
+            }
+            let target = next % shard_count;
+            next += 1;
+            if target == 0 {
+                server.serve(accepted.bind_to_executor());
+            } else if senders.send_to(target, ShardMail::Accepted(accepted)).await.is_err() {
+                tracing::warn!(shard = target, "a shard is gone: connection closed");
+            }
+        }
+    })
+    .detach();
+}
+
+/// `/metrics` on the HTTP listener: `GET` of the configured path answers Prometheus text.
+fn serve_metrics(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
+    // SAFETY: a bound, listening TCP socket whose ownership passes here.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
+    let slots = Rc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
+    glommio::spawn_local(async move {
+        loop {
+            let Ok(stream) = listener.accept().await else {
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let Ok(permit) = slots.try_acquire_static_permit(1) else { continue };
+            let shared = shared.clone();
+            glommio::spawn_local(async move {
+                let _permit = permit;
+                let answer = glommio::timer::timeout(Duration::from_secs(5), async {
+                    answer_http(stream, &shared).await;
+                    Ok(())
+                });
+                let _ = answer.await;
+            })
+            .detach();
+        }
+    })
+    .detach();
+}
+
+async fn answer_http(mut stream: glommio::net::TcpStream, shared: &ServerShared) {
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
+    let mut head = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => head.extend_from_slice(&chunk[..read]),
+        }
+        if head.len() > HTTP_HEAD_BYTES_MAX {
+            let _ = stream
+                .write_all(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+                )
+                .await;
+            return;
+        }
+    }
+    let line = String::from_utf8_lossy(head.split(|&byte| byte == b'\r').next().unwrap_or_default()).to_string();
+    let mut parts = line.split(' ');
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, body) = if path != shared.config.http.metrics_path {
+        ("404 Not Found", "not found\n".to_string())
+    } else if method != "GET" {
+        ("405 Method Not Allowed", "GET only\n".to_string())
+    } else {
+        let figures: Vec<ShardFigures> = shared.stats.iter().map(|stats| stats.read()).collect();
+        ("200 OK", crate::server::metrics::render(&figures))
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(response.as_bytes()).await;
+    let _ = stream.close().await;
+}
