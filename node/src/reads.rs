@@ -149,7 +149,9 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             Ok(wire::UserResponse::encode_list(&users))
         }
         ClientRequest::GetUser { user } => {
-            let found = metadata.resolve_user(&identifier(user)).map_err(|error| error.code())?;
+            // A user, stream, topic or group that is not there is an empty body (the SDK's
+            // None), before any permission check: the reference answers so.
+            let Ok(found) = metadata.resolve_user(&identifier(user)) else { return Ok(Vec::new()) };
             if found.id != user_id {
                 authorize(metadata, user_id, ReadKind::Users)?;
             }
@@ -173,19 +175,23 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             Ok(wire::Stream::encode_list(&streams))
         }
         ClientRequest::GetStream { stream } => {
-            let stream = metadata.resolve_stream(&identifier(stream)).map_err(|error| error.code())?;
+            let Ok(stream) = metadata.resolve_stream(&identifier(stream)) else { return Ok(Vec::new()) };
             authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
             Ok(wire_view::stream_details(stream).encode())
         }
         ClientRequest::GetTopics { stream } => {
-            let stream = metadata.resolve_stream(&identifier(stream)).map_err(|error| error.code())?;
+            // A missing stream lists no topics (the reference's answer).
+            let Ok(stream) = metadata.resolve_stream(&identifier(stream)) else {
+                return Ok(wire::Topic::encode_list(&[]));
+            };
             authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
             let topics: Vec<wire::Topic> = stream.topics.values().map(wire_view::topic).collect();
             Ok(wire::Topic::encode_list(&topics))
         }
         ClientRequest::GetTopic { stream, topic } => {
-            let (stream, topic) =
-                metadata.resolve_topic(&identifier(stream), &identifier(topic)).map_err(|error| error.code())?;
+            let Ok((stream, topic)) = metadata.resolve_topic(&identifier(stream), &identifier(topic)) else {
+                return Ok(Vec::new());
+            };
             authorize(metadata, user_id, ReadKind::Topic { stream: stream.id, topic: topic.id })?;
             Ok(wire_view::topic_details(topic).encode())
         }
@@ -201,9 +207,13 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             Ok(wire::ConsumerGroupSummary::encode_list(&groups))
         }
         ClientRequest::GetConsumerGroup { stream, topic, group } => {
-            let (stream_id, topic_id, group) = metadata
-                .resolve_consumer_group(&identifier(stream), &identifier(topic), &identifier(group))
-                .map_err(|error| error.code())?;
+            // A missing stream or topic is an error naming it; a missing group, an empty body.
+            metadata.resolve_topic(&identifier(stream), &identifier(topic)).map_err(|error| error.code())?;
+            let Ok((stream_id, topic_id, group)) =
+                metadata.resolve_consumer_group(&identifier(stream), &identifier(topic), &identifier(group))
+            else {
+                return Ok(Vec::new());
+            };
             authorize(metadata, user_id, ReadKind::ConsumerGroups { stream: stream_id, topic: topic_id })?;
             let partitions_count = metadata.topic(stream_id, topic_id).map_or(0, |topic| topic.partitions_count());
             Ok(wire_view::consumer_group(group, partitions_count).encode())

@@ -219,14 +219,20 @@ pub fn load_from(path: Option<&Path>, text: &str, env: &[(String, String)]) -> R
         let file: Table = text.parse().map_err(|parse: toml::de::Error| {
             let line = parse.span().map(|span| text[..span.start].lines().count().max(1));
             let at = line.map_or(String::new(), |line| format!(" line {line}"));
-            error(format!("config {source}{at}: not valid TOML: {}", parse.message().trim()))
+            error(format!("config {source}{at}: not valid TOML: {}", one_line(parse.message())))
         })?;
         merge(&mut merged, &Value::Table(file), &Value::Table(default.clone()), "", &source)?;
     }
     let overridden = apply_env(&mut merged, env)?;
-    let config = ServerConfig::deserialize(merged).map_err(|reason| error(format!("config {source}: {reason}")))?;
+    let config = ServerConfig::deserialize(merged)
+        .map_err(|reason| error(format!("config {source}: {}", one_line(&reason.to_string()))))?;
     validate(&config)?;
     Ok(LoadedConfig { config, source, overridden })
+}
+
+/// A message of several lines as one (the parser's explanations span lines).
+fn one_line(message: &str) -> String {
+    message.lines().map(str::trim).filter(|line| !line.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 fn type_name(value: &Value) -> &'static str {

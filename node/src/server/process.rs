@@ -62,8 +62,8 @@ pub fn main() -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(reason) => {
+            // Once logging is up this line also goes nowhere else: stderr is where it is read.
             eprintln!("vireo-server: {reason}");
-            tracing::error!("{reason}");
             ExitCode::FAILURE
         }
     }
