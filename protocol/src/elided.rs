@@ -17,6 +17,8 @@ use vireo_storage::checksum::checksum64;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"vireo-el");
 const FIXED: usize = 8 + 8 + 4 + 4 + 4;
+/// What `ElidedBody::encoded_len` needs to see of an encoding.
+pub const ENCODED_HEAD: usize = 20;
 const SPAN: usize = 4 + 4 + 8;
 
 /// A part of a prepare's body that its external log stores: `len` bytes at `at` in the body,
@@ -70,6 +72,15 @@ impl ElidedBody {
         let checksum = checksum64(&bytes[20..]);
         bytes[8..16].copy_from_slice(&checksum.to_le_bytes());
         bytes
+    }
+
+    /// Bytes an elided body's encoding that starts `head` takes in all, read off its first
+    /// `ENCODED_HEAD` bytes; `None` when `head` does not start one.
+    pub fn encoded_len(head: &[u8]) -> Option<usize> {
+        if head.get(0..8)? != MAGIC.to_le_bytes() {
+            return None;
+        }
+        Some(20 + u32::from_le_bytes(head.get(16..20)?.try_into().ok()?) as usize)
     }
 
     /// The elided body `bytes` start with (what follows it is ignored), if they hold a whole one.

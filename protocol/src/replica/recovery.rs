@@ -36,6 +36,11 @@ const READ_SUPERBLOCK: u64 = 0;
 const READ_SNAPSHOT: u64 = 1;
 const READ_WAL_HEADER: u64 = 2;
 const READ_WAL_PREPARE: u64 = 3;
+/// The first bytes of a slot's prepares zone: the prepare's header and the start of an elided
+/// body, which say how much more to read.
+const READ_WAL_PREPARE_HEAD: u64 = 4;
+/// Bytes of that first read.
+const PREPARE_HEAD_BYTES: usize = HEADER_SIZE + crate::elided::ENCODED_HEAD;
 const WIPE_LIST: u64 = 4;
 const WIPE_REMOVE: u64 = 5;
 const WIPE_REMOVE_SUPERBLOCK: u64 = 6;
@@ -115,6 +120,32 @@ impl<S: StateMachine> Replica<S> {
                 Ok(bytes) => self.open_snapshot_read(io, &bytes),
                 Err(error) => self.fail_stop(error, "checkpoint read"),
             },
+            READ_WAL_PREPARE_HEAD => {
+                // Read only what the slot holds: a WAL of large slots is mostly empty space, and
+                // reading every slot whole would cost its whole size in time and memory.
+                let layout = self.journal.layout;
+                let need = match &result {
+                    Ok(head) => prepare_bytes_held(head, layout.prepare_size_max as usize),
+                    Err(_) => 0,
+                };
+                match result {
+                    Ok(head) if need > head.len() => {
+                        opening.outstanding += 1;
+                        io.read(
+                            wal_file(self.config.namespace),
+                            layout.prepare_offset(index as u64),
+                            need,
+                            token(TokenKind::Open, READ_WAL_PREPARE << READ_SHIFT | index as u64),
+                        );
+                    }
+                    result => {
+                        opening.wal_prepares[index] = Some(result);
+                        if opening.outstanding == 0 {
+                            self.open_finish(io);
+                        }
+                    }
+                }
+            }
             READ_WAL_HEADER | READ_WAL_PREPARE => {
                 let reads = if what == READ_WAL_HEADER { &mut opening.wal_headers } else { &mut opening.wal_prepares };
                 reads[index] = Some(result);
@@ -248,8 +279,8 @@ impl<S: StateMachine> Replica<S> {
             io.read(
                 wal_file(self.config.namespace),
                 layout.prepare_offset(slot),
-                layout.prepare_size_max as usize,
-                token(TokenKind::Open, READ_WAL_PREPARE << READ_SHIFT | slot),
+                PREPARE_HEAD_BYTES.min(layout.prepare_size_max as usize),
+                token(TokenKind::Open, READ_WAL_PREPARE_HEAD << READ_SHIFT | slot),
             );
         }
     }
@@ -504,4 +535,16 @@ impl<S: StateMachine> Replica<S> {
         self.wal_flush(io);
         self.on_request_start_view_timeout(io);
     }
+}
+
+/// How many bytes of a slot's prepares zone hold its prepare, judged from the zone's first
+/// `PREPARE_HEAD_BYTES`: the prepare's `size`, or an elided body's encoding after its header if
+/// that is longer, at most the slot. A head that names neither (an empty slot, damage) needs
+/// nothing more: recovery finds the slot empty or damaged either way.
+fn prepare_bytes_held(head: &[u8], slot_bytes: usize) -> usize {
+    let size = head.get(48..52).map_or(0, |size| u32::from_le_bytes(size.try_into().expect("4 bytes")) as usize);
+    let size = if (HEADER_SIZE..=slot_bytes).contains(&size) { size } else { 0 };
+    let elided =
+        head.get(HEADER_SIZE..).and_then(crate::elided::ElidedBody::encoded_len).map_or(0, |len| HEADER_SIZE + len);
+    size.max(elided).min(slot_bytes)
 }

@@ -1,0 +1,218 @@
+//! A vireo-server killed with SIGKILL in the middle of sends, and restarted on the same data
+//! directory, keeps every message it acknowledged, in order and once, on topics with and without
+//! `enforce_fsync` (the Iggy SDK is the client); a SIGTERM shuts it down gracefully (exit 0) and
+//! a restart finds everything.
+
+mod server_process;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use iggy::prelude::*;
+use server_process::{data_dir, Server};
+
+const PARTITIONS: u32 = 2;
+const PRODUCERS_PER_TOPIC: u32 = 2;
+const MESSAGES_PER_BATCH: u32 = 10;
+const SENDING_FOR: Duration = Duration::from_millis(1500);
+
+async fn root(address: SocketAddr) -> IggyClient {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let client = IggyClient::builder()
+            .with_tcp()
+            .with_server_address(address.to_string())
+            .with_reconnection_max_retries(Some(0))
+            .build()
+            .expect("a client");
+        let ready = async {
+            client.connect().await?;
+            client.login_user(DEFAULT_ROOT_USERNAME, DEFAULT_ROOT_PASSWORD).await?;
+            client.get_streams().await
+        };
+        match tokio::time::timeout(Duration::from_secs(5), ready).await {
+            Ok(Ok(_)) => return client,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("the server did not answer: {other:?}"),
+        }
+    }
+}
+
+fn id(name: &str) -> Identifier {
+    Identifier::named(name).unwrap()
+}
+
+fn topic_name(fsync: bool) -> &'static str {
+    if fsync {
+        "fsync"
+    } else {
+        "written"
+    }
+}
+
+/// Sends batches until `stop`; returns the sequence numbers acknowledged, per partition.
+async fn produce(address: SocketAddr, fsync: bool, producer: u32, stop: Arc<AtomicBool>) -> (u32, Vec<u64>) {
+    let client = root(address).await;
+    let partition = producer % PARTITIONS;
+    let mut acknowledged = Vec::new();
+    let mut batch_number = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let first = batch_number * MESSAGES_PER_BATCH as u64;
+        let mut batch: Vec<IggyMessage> = (0..MESSAGES_PER_BATCH as u64)
+            .map(|index| IggyMessage::from_str(&format!("{producer}:{}", first + index)).unwrap())
+            .collect();
+        let sent = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.send_messages(
+                &id("durable"),
+                &id(topic_name(fsync)),
+                &Partitioning::partition_id(partition),
+                &mut batch,
+            ),
+        )
+        .await;
+        match sent {
+            Ok(Ok(_)) => acknowledged.extend(first..first + MESSAGES_PER_BATCH as u64),
+            // The server is gone: what was not acknowledged may or may not be there.
+            _ => break,
+        }
+        batch_number += 1;
+    }
+    (producer, acknowledged)
+}
+
+/// Every message of a partition, read from offset 0: (producer, sequence) in log order.
+/// A group still recovering answers an empty poll, so the read waits (bounded) until the
+/// partition's head, as get_topic reports it, is reached.
+async fn read_partition(client: &IggyClient, topic: &str, partition: u32) -> Vec<(u32, u64)> {
+    let consumer = Consumer::new(Identifier::numeric(7).unwrap());
+    let mut read = Vec::new();
+    let mut offset = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for _ in 0..100_000 {
+        let polled = client
+            .poll_messages(
+                &id("durable"),
+                &id(topic),
+                Some(partition),
+                &consumer,
+                &PollingStrategy::offset(offset),
+                1000,
+                false,
+            )
+            .await
+            .unwrap();
+        if polled.messages.is_empty() {
+            if offset > polled.current_offset
+                || (polled.current_offset == 0 && offset == 0 && Instant::now() > deadline)
+            {
+                return read;
+            }
+            assert!(Instant::now() < deadline, "partition {partition}: stuck at {offset} of {}", polled.current_offset);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        for message in &polled.messages {
+            assert_eq!(message.header.offset, offset, "offsets are dense");
+            offset += 1;
+            let text = String::from_utf8(message.payload.to_vec()).unwrap();
+            let (producer, sequence) = text.split_once(':').unwrap();
+            read.push((producer.parse().unwrap(), sequence.parse().unwrap()));
+        }
+    }
+    panic!("partition {partition} did not end");
+}
+
+async fn kill_mid_send(fsync: bool) {
+    let data = data_dir(&format!("sigkill-{}", topic_name(fsync)));
+    let mut server = Server::start(&data, &[]);
+    let client = root(server.address).await;
+    client.create_stream("durable").await.unwrap();
+    let options =
+        TopicCreateOptions { partitions_count: Some(PARTITIONS), enforce_fsync: Some(fsync), ..Default::default() };
+    client.create_topic(&id("durable"), topic_name(fsync), &options).await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut producers = Vec::new();
+    for producer in 0..PRODUCERS_PER_TOPIC * PARTITIONS {
+        let stop = stop.clone();
+        let address = server.address;
+        producers.push(tokio::spawn(produce(address, fsync, producer, stop)));
+    }
+    tokio::time::sleep(SENDING_FOR).await;
+    // Killed while the producers still send: some sends are in flight.
+    server.kill();
+    stop.store(true, Ordering::SeqCst);
+    let mut acknowledged: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    for producer in producers {
+        let (producer, sequences) = producer.await.unwrap();
+        acknowledged.insert(producer, sequences);
+    }
+    let total: usize = acknowledged.values().map(Vec::len).sum();
+    assert!(total >= 100, "the producers got {total} messages acknowledged before the kill");
+
+    let server = Server::start(&data, &[]);
+    let client = root(server.address).await;
+    for partition in 0..PARTITIONS {
+        let log = read_partition(&client, topic_name(fsync), partition).await;
+        let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+        for (producer, sequence) in &log {
+            assert_eq!(producer % PARTITIONS, partition, "a message in the wrong partition");
+            if let Some(previous) = last.insert(*producer, *sequence) {
+                assert!(
+                    *sequence > previous,
+                    "producer {producer}: {sequence} after {previous}: duplicated or reordered"
+                );
+            }
+        }
+        for (producer, sequences) in acknowledged.iter().filter(|(producer, _)| *producer % PARTITIONS == partition) {
+            let kept: Vec<u64> = log.iter().filter(|(of, _)| of == producer).map(|(_, sequence)| *sequence).collect();
+            assert!(
+                kept.len() >= sequences.len() && kept[..sequences.len()] == sequences[..],
+                "producer {producer}: {} acknowledged, {} kept: an acknowledged message was lost",
+                sequences.len(),
+                kept.len()
+            );
+        }
+    }
+    // The log goes on where it ended.
+    let mut more = vec![IggyMessage::from_str("after-restart").unwrap()];
+    client
+        .send_messages(&id("durable"), &id(topic_name(fsync)), &Partitioning::partition_id(0), &mut more)
+        .await
+        .unwrap();
+    println!("enforce_fsync={fsync}: {total} messages acknowledged before SIGKILL, all kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_mid_send_loses_no_acknowledged_message_without_enforce_fsync() {
+    tokio::time::timeout(Duration::from_secs(120), kill_mid_send(false)).await.expect("bounded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkill_mid_send_loses_no_acknowledged_message_with_enforce_fsync() {
+    tokio::time::timeout(Duration::from_secs(120), kill_mid_send(true)).await.expect("bounded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_shuts_down_gracefully_and_a_restart_recovers() {
+    let data = data_dir("sigterm");
+    let mut server = Server::start(&data, &[]);
+    let client = root(server.address).await;
+    client.create_stream("durable").await.unwrap();
+    let options = TopicCreateOptions { partitions_count: Some(1), ..Default::default() };
+    client.create_topic(&id("durable"), "written", &options).await.unwrap();
+    let mut batch: Vec<IggyMessage> =
+        (0..100).map(|index| IggyMessage::from_str(&format!("0:{index}")).unwrap()).collect();
+    client.send_messages(&id("durable"), &id("written"), &Partitioning::partition_id(0), &mut batch).await.unwrap();
+    let status = server.stop(libc::SIGTERM, Duration::from_secs(20)).expect("it exits within 20 s");
+    assert!(status.success(), "exit status {status:?}: {}", server.output());
+    assert!(server.output().contains("vireo-server stopped"), "{}", server.output());
+    let server = Server::start(&data, &[]);
+    let client = root(server.address).await;
+    let log = read_partition(&client, "written", 0).await;
+    assert_eq!(log, (0..100).map(|index| (0, index)).collect::<Vec<_>>());
+}
