@@ -227,6 +227,8 @@ enum PendingAnswer {
 /// Polls one shard keeps waiting for segment-log reads; past it, a poll without auto-commit is
 /// answered with no messages and a replicated reply is not sent (the client asks again).
 pub const PARKED_READS_MAX: usize = 256;
+/// Of those, the polls of one connection (the rest of its polls are answered as above).
+pub const PARKED_READS_PER_CONNECTION_MAX: usize = 16;
 /// Ticks a parked poll waits for its read before it is given up as above.
 pub const PARKED_READ_TICKS_MAX: u64 = 50;
 
@@ -962,8 +964,23 @@ impl Node {
                 plan.count = held;
             }
         }
+        // One connection's polls park at most `PARKED_READS_PER_CONNECTION_MAX` reads: a client
+        // that pipelines polls without end gets prefixes, and the others still get reads.
+        let parked_here = self
+            .parked_reads
+            .values()
+            .filter(|parked| {
+                matches!(&parked.answer, PendingAnswer::Local { connection: at, request: asked, .. }
+                    if *at == connection && asked.origin == request.origin)
+            })
+            .count();
         if plan.count > 0 {
-            if let Some(id) = self.issue_log_read(io, group, &plan) {
+            let issued = if parked_here < PARKED_READS_PER_CONNECTION_MAX {
+                self.issue_log_read(io, group, &plan)
+            } else {
+                None
+            };
+            if let Some(id) = issued {
                 let answer = PendingAnswer::Local { connection, request, past_commit };
                 let covered_to = plan.start;
                 self.parked_reads.insert(id, ParkedRead { plan, covered_to, since_tick: self.tick, answer });

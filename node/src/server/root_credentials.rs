@@ -186,12 +186,9 @@ impl RootSetup {
             Step::Rename => self.change_password(2, &password),
             Step::ChangePassword => {
                 if generated {
-                    // Printed once, on purpose: the only place this password ever appears.
-                    tracing::warn!(
-                        username,
-                        password,
-                        "the root user's password was generated; this is the only time it is shown"
-                    );
+                    // Printed once on stdout, on purpose: the only place this password ever
+                    // appears (never in a log).
+                    tracing::warn!(username, "the root user's password was generated and printed on stdout, once");
                     println!("root user {username}: generated password {password} (shown once; change it, or set VIREO_ROOT_USERNAME and VIREO_ROOT_PASSWORD at first boot)");
                 } else {
                     tracing::info!(username, "root credentials set from VIREO_ROOT_USERNAME / VIREO_ROOT_PASSWORD");

@@ -74,7 +74,9 @@ impl Server {
         drain(child.stderr.take().unwrap(), output.clone(), None);
         let deadline = Instant::now() + START_TIMEOUT;
         let (mut address, mut metrics) = (None, None);
-        while address.is_none() {
+        // The banner names the data directory after the addresses.
+        let mut banner_done = false;
+        while !banner_done {
             let left = deadline.saturating_duration_since(Instant::now());
             match lines.recv_timeout(left) {
                 Ok(line) => {
@@ -84,6 +86,7 @@ impl Server {
                     if let Some(rest) = line.strip_prefix("metrics on http://") {
                         metrics = rest.split('/').next().and_then(|text| text.parse().ok());
                     }
+                    banner_done = line.starts_with("data directory ");
                 }
                 Err(_) => {
                     let _ = child.kill();
@@ -185,4 +188,12 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) 
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The value of the sample named exactly `name_and_labels` in a `/metrics` text (0 if absent).
+pub fn sample(text: &str, name_and_labels: &str) -> u64 {
+    text.lines()
+        .filter(|line| line.split(' ').next() == Some(name_and_labels))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
