@@ -20,6 +20,22 @@ cargo clippy --all-targets -- -D warnings
 step "cargo test"
 cargo test
 
+step "the README's run command starts a server that the Iggy SDK's flow passes against"
+rm -rf local_data
+cargo build --release -p vireo-node --bin vireo-server
+cargo run --release -p vireo-node --bin vireo-server -- --with-default-root-credentials >target/readme-server.log 2>&1 &
+server=$!
+for _ in $(seq 1 300); do
+    grep -q "^listening on 127.0.0.1:8090 (tcp)" target/readme-server.log && break
+    kill -0 $server 2>/dev/null || { cat target/readme-server.log; exit 1; }
+    sleep 0.1
+done
+VIREO_SERVER_ADDRESS=127.0.0.1:8090 cargo test -p vireo-node --test server_sdk
+kill -TERM $server
+wait $server
+grep -q "vireo-server stopped" target/readme-server.log
+rm -rf local_data
+
 step "storage bench (a small run: it must work end to end)"
 cargo build --release -p vireo-storage --bin vireo-storage-bench
 ./target/release/vireo-storage-bench --size-mib 64 --json --dir target/storage-bench

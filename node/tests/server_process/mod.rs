@@ -97,6 +97,14 @@ impl Server {
         Server { child: Some(child), data: data.to_path_buf(), address: address.unwrap(), metrics, output }
     }
 
+    /// A server this test did not start (nothing to kill): `VIREO_SERVER_ADDRESS`, when set.
+    pub fn external() -> Option<Server> {
+        let address = std::env::var("VIREO_SERVER_ADDRESS").ok()?;
+        let address = address.parse().expect("VIREO_SERVER_ADDRESS is host:port");
+        let output = Arc::new(Mutex::new(String::new()));
+        Some(Server { child: None, data: PathBuf::new(), address, metrics: None, output })
+    }
+
     pub fn output(&self) -> String {
         self.output.lock().unwrap().clone()
     }
