@@ -18,6 +18,9 @@ if [ ! -f "$checkout/bdd/rust/Cargo.toml" ]; then
     git -C "$source" archive "$tag" | tar -x -C "$checkout"
 fi
 (cd "$root" && cargo build --release -p vireo-node --bin vireo-server)
+# The tag pins a newer toolchain (rust-toolchain.toml) than a machine may have: the runner is
+# built with the one this project builds with.
+export RUSTUP_TOOLCHAIN="${RUSTUP_TOOLCHAIN:-$(cd "$root" && rustup show active-toolchain | cut -d' ' -f1)}"
 # Build the runner before the server starts, so the build's time is not the server's.
 (cd "$checkout/bdd/rust" && CARGO_TARGET_DIR="$root/target/iggy-bdd/target" \
     cargo test --features bdd --test basic_messaging --test raw_command --no-run)

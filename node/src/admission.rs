@@ -212,6 +212,29 @@ pub fn admit_poll(
     }))
 }
 
+/// delete_segments: the user may manage the topic, whose partition must exist; its group drops
+/// the oldest segments.
+pub fn admit_delete_segments(
+    metadata: &Metadata,
+    user_id: u32,
+    stream: &wire::Identifier,
+    topic: &wire::Identifier,
+    partition: u32,
+    count: u32,
+) -> Result<Admitted, u32> {
+    let (stream, topic) = resolve_topic(metadata, stream, topic)?;
+    authorize(metadata, user_id, ReadKind::ManageTopic { stream, topic })?;
+    let partitions = metadata.topic(stream, topic).map_or(0, |found| found.partitions_count());
+    if partition >= partitions {
+        return Err(STATUS_PARTITION_NOT_FOUND);
+    }
+    Ok(Admitted {
+        group: Namespace::partition(stream, topic, partition),
+        request: PartitionRequest::DeleteSegments { partition, count },
+        kind: ReplyKind::Offset,
+    })
+}
+
 /// What a consumer-offset request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OffsetAction {

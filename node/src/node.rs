@@ -48,8 +48,8 @@ use vireo_storage::partition::{ReadBatches, ReadError, ReadRequest, ReadStart};
 use crate::partition::machine::POLL_BYTES_MAX;
 
 use crate::admission::{
-    admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted, OffsetAction,
-    PollAdmission, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS,
+    admit_delete_segments, admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted,
+    OffsetAction, PollAdmission, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS,
     STATUS_INVALID_FORMAT, STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
 use crate::client_reply::{client_reply_body, node_reply};
@@ -1204,6 +1204,18 @@ impl Node {
         if conn.in_flight_full() {
             return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
         }
+        // Segments are a partition group's: delete_segments goes to that group, not the
+        // metadata's (which knows no segments).
+        if header.operation == OPERATION_DELETE_SEGMENTS {
+            let Ok(ClientRequest::DeleteSegments { stream, topic, partition_id, segments_count }) =
+                ClientRequest::decode(wire::command::DELETE_SEGMENTS, &body)
+            else {
+                return Err(STATUS_INVALID_COMMAND);
+            };
+            let metadata = self.metadata()?;
+            let admitted = admit_delete_segments(&metadata, user_id, &stream, &topic, partition_id, segments_count)?;
+            return self.submit(io, connection, &header, admitted);
+        }
         let (kind, body) = self.metadata_body(io, user_id, &header, body)?;
         let conn = self.connections.get_mut(&connection).expect("checked by the caller");
         conn.last_request = conn.last_request.max(header.request);
@@ -1319,8 +1331,6 @@ impl Node {
             OPERATION_PURGE_STREAM | OPERATION_PURGE_TOPIC => {
                 Ok((ReplyKind::Purge { waiting: PurgeQueue::default(), outstanding: 0, reply: Vec::new() }, body))
             }
-            // Segments are the partition log's, which a partition group does not keep yet.
-            OPERATION_DELETE_SEGMENTS => Err(STATUS_FEATURE_UNAVAILABLE),
             _ => {
                 let _ = user_id;
                 Ok((ReplyKind::Metadata, body))

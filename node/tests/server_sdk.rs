@@ -223,8 +223,7 @@ async fn conversation(server: &Server) {
     );
 
     // Segments, purges and deletes.
-    // Not built yet: a partition group cannot drop segments on request (retention drops them).
-    assert_eq!(code(client.delete_segments(&orders, &events, 0, 1).await), IggyError::FeatureUnavailable.as_code());
+    delete_segments(&client, &orders).await;
     client.purge_topic(&orders, &events).await.unwrap();
     for partition in 0..3 {
         let polled = client
@@ -240,4 +239,46 @@ async fn conversation(server: &Server) {
     assert!(client.get_streams().await.unwrap().is_empty());
     client.delete_user(&id("auditor")).await.unwrap();
     client.logout_user().await.unwrap();
+}
+
+/// delete_segments drops a partition's oldest sealed segments, never its newest.
+async fn delete_segments(client: &IggyClient, stream: &Identifier) {
+    let options = TopicCreateOptions {
+        partitions_count: Some(1),
+        segment_size: Some(IggyByteSize::from(1u64 << 20)),
+        ..Default::default()
+    };
+    client.create_topic(stream, "segmented", &options).await.unwrap();
+    let segmented = id("segmented");
+    for batch in 0..36 {
+        let mut messages: Vec<IggyMessage> = (0..100)
+            .map(|index| IggyMessage::builder().payload(vec![batch as u8; 1000 + index].into()).build().unwrap())
+            .collect();
+        client.send_messages(stream, &segmented, &Partitioning::partition_id(0), &mut messages).await.unwrap();
+    }
+    let consumer = Consumer::new(Identifier::numeric(3).unwrap());
+    let first_offset = || async {
+        let first = client
+            .poll_messages(stream, &segmented, Some(0), &consumer, &PollingStrategy::first(), 1, false)
+            .await
+            .unwrap();
+        first.messages[0].header.offset
+    };
+    assert_eq!(first_offset().await, 0);
+    client.delete_segments(stream, &segmented, 0, 2).await.unwrap();
+    let after_two = first_offset().await;
+    assert!(after_two > 0, "the oldest messages went with their segments");
+    // Asking for more than there are leaves the newest segment, and the newest message.
+    client.delete_segments(stream, &segmented, 0, 1000).await.unwrap();
+    let after_all = first_offset().await;
+    assert!(after_all > after_two, "{after_all} after {after_two}");
+    let last =
+        client.poll_messages(stream, &segmented, Some(0), &consumer, &PollingStrategy::last(), 1, false).await.unwrap();
+    assert_eq!(last.messages[0].header.offset, 3599);
+    assert_eq!(
+        code(client.delete_segments(stream, &segmented, 7, 1).await),
+        IggyError::PartitionNotFound(0, id("x"), id("y")).as_code(),
+        "a partition that is not there"
+    );
+    client.delete_topic(stream, &segmented).await.unwrap();
 }

@@ -175,6 +175,9 @@ pub enum ReadKind {
     Poll { stream: u32, topic: u32 },
     /// send_messages: not a read, but authorized from the same committed permissions.
     Send { stream: u32, topic: u32 },
+    /// delete_segments: a partition group's write, authorized as update_topic (the reference's
+    /// rule) by the admitting node.
+    ManageTopic { stream: u32, topic: u32 },
 }
 
 impl ReadKind {
@@ -190,6 +193,7 @@ impl ReadKind {
             }
             ReadKind::Poll { stream, topic } => permissions.poll_messages(stream, topic),
             ReadKind::Send { stream, topic } => permissions.send_messages(stream, topic),
+            ReadKind::ManageTopic { stream, topic } => permissions.manage_topic(stream, topic),
         }
     }
 }

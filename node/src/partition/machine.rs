@@ -294,6 +294,22 @@ impl PartitionMachine {
         }
     }
 
+    /// delete_segments: drops the oldest `count` sealed segments, all but the newest segment (as
+    /// retention does; the segment log removes their files as the first offset passes them).
+    fn delete_oldest_segments(&mut self, count: u32) {
+        for _ in 0..count {
+            let Some(oldest) =
+                self.segments.front().copied().filter(|segment| segment.sealed && self.segments.len() > 1)
+            else {
+                return;
+            };
+            while self.batches.front().is_some_and(|entry| entry.base_offset < oldest.end_offset) {
+                self.drop_oldest_batch();
+            }
+            self.segments_expired += 1;
+        }
+    }
+
     /// Drops the oldest batch, and its segment with it when it was the segment's last.
     fn drop_oldest_batch(&mut self) {
         let oldest = self.batches.pop_front().expect("a batch to drop");
@@ -453,6 +469,10 @@ impl PartitionMachine {
                 }),
                 None => encode_status(Some(PartitionStatus::OffsetNotFound)),
             },
+            PartitionRequest::DeleteSegments { count, .. } => {
+                self.delete_oldest_segments(count);
+                encode_status(None)
+            }
             PartitionRequest::Purge { .. } => {
                 self.batches.clear();
                 self.applied.0.clear();
@@ -950,6 +970,23 @@ mod tests {
         send_kept(&mut machine, 100, 100..101, never);
         assert_eq!(machine.first_offset(), 6, "the newest segment stays, however old its messages");
         assert_eq!(machine.next_offset(), 7);
+    }
+
+    /// delete_segments drops as many of the oldest sealed segments as asked, never the newest.
+    #[test]
+    fn delete_segments_drops_the_oldest_sealed_segments_and_keeps_the_newest() {
+        let mut machine = PartitionMachine::empty();
+        let retention = Retention { segment_size: one_batch_len(), message_expiry_us: 0, max_bytes: 0 };
+        send_singles(&mut machine, 1..=5, retention);
+        assert_eq!((machine.first_offset(), machine.next_offset()), (0, 5));
+        apply(&mut machine, 6, &PartitionRequest::DeleteSegments { partition: 0, count: 2 });
+        assert_eq!(machine.first_offset(), 2, "segments [0, 1) and [1, 2) went");
+        apply(&mut machine, 7, &PartitionRequest::DeleteSegments { partition: 0, count: 0 });
+        assert_eq!(machine.first_offset(), 2, "none asked, none gone");
+        apply(&mut machine, 8, &PartitionRequest::DeleteSegments { partition: 0, count: u32::MAX });
+        assert_eq!((machine.first_offset(), machine.next_offset()), (4, 5), "the newest segment stays");
+        assert_eq!(machine.segments_expired(), 4);
+        machine.assert_invariants();
     }
 
     /// The size limit drops the oldest sealed segments while the partition holds more; a poll

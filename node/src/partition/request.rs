@@ -21,6 +21,9 @@
 //!   u32, current_offset u64 (u64::MAX when empty), stored u64.
 //! - `OPERATION_PURGE` (165): partition u32. Reply: status. Every stored message goes; offsets go
 //!   on from where they were (a consumer's stored offset stays meaningful).
+//! - `OPERATION_DELETE_SEGMENTS` (166): partition u32, count u32. Reply: status. The oldest
+//!   `count` sealed segments go, never the newest segment (as retention: a consumer always finds
+//!   where the log goes on).
 //!
 //! Polls are replicated requests too: a poll with auto-commit stores its consumer's offset in the
 //! same op that chose the messages, so a retried poll gets the same range (re-read from the log,
@@ -36,6 +39,7 @@ pub const OPERATION_DELETE_CONSUMER_OFFSET: u8 = 162;
 pub const OPERATION_POLL_MESSAGES: u8 = 163;
 pub const OPERATION_GET_CONSUMER_OFFSET: u8 = 164;
 pub const OPERATION_PURGE: u8 = 165;
+pub const OPERATION_DELETE_SEGMENTS: u8 = 166;
 
 /// Where a send's batch starts in its body (after the partition and the retention).
 pub const SEND_BATCH_AT: usize = 4 + 24;
@@ -84,6 +88,7 @@ pub enum PartitionRequest {
     Poll { partition: u32, consumer: ConsumerKey, strategy: PollingStrategy, count: u32, auto_commit: bool },
     GetOffset { partition: u32, consumer: ConsumerKey },
     Purge { partition: u32 },
+    DeleteSegments { partition: u32, count: u32 },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
@@ -162,6 +167,7 @@ impl PartitionRequest {
             PartitionRequest::Poll { .. } => OPERATION_POLL_MESSAGES,
             PartitionRequest::GetOffset { .. } => OPERATION_GET_CONSUMER_OFFSET,
             PartitionRequest::Purge { .. } => OPERATION_PURGE,
+            PartitionRequest::DeleteSegments { .. } => OPERATION_DELETE_SEGMENTS,
         }
     }
 
@@ -172,7 +178,8 @@ impl PartitionRequest {
             | PartitionRequest::DeleteOffset { partition, .. }
             | PartitionRequest::Poll { partition, .. }
             | PartitionRequest::GetOffset { partition, .. }
-            | PartitionRequest::Purge { partition } => *partition,
+            | PartitionRequest::Purge { partition }
+            | PartitionRequest::DeleteSegments { partition, .. } => *partition,
         }
     }
 
@@ -194,6 +201,7 @@ impl PartitionRequest {
                 consumer.encode(&mut bytes)
             }
             PartitionRequest::Purge { .. } => {}
+            PartitionRequest::DeleteSegments { count, .. } => bytes.extend_from_slice(&count.to_le_bytes()),
             PartitionRequest::Poll { consumer, strategy, count, auto_commit, .. } => {
                 consumer.encode(&mut bytes);
                 let (kind, value) = match *strategy {
@@ -230,6 +238,7 @@ impl PartitionRequest {
             }
             OPERATION_GET_CONSUMER_OFFSET => PartitionRequest::GetOffset { partition, consumer: reader.consumer()? },
             OPERATION_PURGE => PartitionRequest::Purge { partition },
+            OPERATION_DELETE_SEGMENTS => PartitionRequest::DeleteSegments { partition, count: reader.u32("count")? },
             OPERATION_POLL_MESSAGES => {
                 let consumer = reader.consumer()?;
                 let at = reader.offset;
@@ -428,6 +437,8 @@ mod tests {
             (any::<u32>(), consumer())
                 .prop_map(|(partition, consumer)| PartitionRequest::GetOffset { partition, consumer }),
             any::<u32>().prop_map(|partition| PartitionRequest::Purge { partition }),
+            (any::<u32>(), any::<u32>())
+                .prop_map(|(partition, count)| PartitionRequest::DeleteSegments { partition, count }),
             (any::<u32>(), consumer(), strategy, any::<u32>(), any::<bool>()).prop_map(
                 |(partition, consumer, strategy, count, auto_commit)| PartitionRequest::Poll {
                     partition,
