@@ -49,8 +49,8 @@ use crate::partition::machine::POLL_BYTES_MAX;
 
 use crate::admission::{
     admit_delete_segments, admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted,
-    OffsetAction, PollAdmission, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS,
-    STATUS_INVALID_FORMAT, STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
+    OffsetAction, PollAdmission, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS, STATUS_INVALID_FORMAT,
+    STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
 use crate::client_reply::{client_reply_body, node_reply};
 use crate::connection::{Connection, InFlight, Login, PurgeQueue, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
