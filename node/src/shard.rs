@@ -115,8 +115,18 @@ struct Group<S: StateMachine> {
 
 impl Group<PartitionMachine> {
     /// Brings the group's segment log to its machine, once the replica is open and the files are
-    /// its own (a superseded replica's are a newer incarnation's).
+    /// its own (a superseded replica's are a newer incarnation's). What the log reports may
+    /// commit ops (a one-replica group commits on its own acknowledgement): the log then checks
+    /// their batches at once, so a client that got the reply finds them readable.
     fn follow(&mut self, io: &mut impl Io) {
+        let committed = self.replica.commit_min();
+        self.follow_once(io);
+        if self.replica.commit_min() != committed {
+            self.follow_once(io);
+        }
+    }
+
+    fn follow_once(&mut self, io: &mut impl Io) {
         if self.replica.superseded() {
             return;
         }

@@ -702,7 +702,7 @@ fn every_command_code_is_answered() {
         let (status, body) = answered.get(&code).unwrap_or_else(|| panic!("code {code} was not sent"));
         let expected = match code {
             command::GET_SNAPSHOT_FILE => 3,
-            command::FLUSH_UNSAVED_BUFFER | command::DELETE_SEGMENTS => 5,
+            command::FLUSH_UNSAVED_BUFFER => 5,
             command::LOGIN_WITH_PERSONAL_ACCESS_TOKEN => 53,
             _ => 0,
         };
