@@ -13,6 +13,7 @@ pub mod metadata_plane;
 pub mod node;
 pub mod node_io;
 pub mod partition;
+pub mod partition_figures;
 pub mod partitioning;
 pub mod reads;
 pub mod routing;

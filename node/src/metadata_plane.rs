@@ -19,6 +19,7 @@ use crate::metadata::{
     hash_password, Identifier, Metadata, MetadataCommand, MetadataLimits, MetadataResult, PasswordCost, TopicOptions,
     TopicUpdate, UserStatus,
 };
+use crate::partition_figures::NodeFigures;
 use crate::shard::{MetadataPlane, PartitionGroup};
 use crate::wire_view;
 
@@ -339,11 +340,11 @@ fn encode_reply(metadata: &Metadata, result: Result<MetadataResult, u32>) -> Vec
     match done {
         R::StreamCreated { stream } => {
             let created = metadata.stream(stream).expect("the created stream exists");
-            wire_view::stream_details(created).write(&mut reply);
+            wire_view::stream_details(created, &NodeFigures::default()).write(&mut reply);
         }
         R::TopicCreated { stream, topic, .. } => {
             let created = metadata.topic(stream, topic).expect("the created topic exists");
-            wire_view::topic_details(created).write(&mut reply);
+            wire_view::topic_details(stream, created, &NodeFigures::default()).write(&mut reply);
         }
         R::ConsumerGroupCreated { stream, topic, group } => {
             let topic = metadata.topic(stream, topic).expect("the group's topic exists");

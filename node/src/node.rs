@@ -46,6 +46,7 @@ use vireo_storage::layout::HEADER_SIZE;
 use vireo_storage::partition::{ReadBatches, ReadError, ReadRequest, ReadStart};
 
 use crate::partition::machine::POLL_BYTES_MAX;
+use crate::partition_figures::{NodeFigures, PartitionFigures, FIGURES_TICKS};
 
 use crate::admission::{
     admit_delete_segments, admit_offset, admit_poll, admit_send, identifier, verify_login, verify_token, Admitted,
@@ -297,6 +298,8 @@ pub struct Node {
     /// Polls waiting for their segment-log reads, by read id (`PARKED_READS_MAX`).
     parked_reads: BTreeMap<u64, ParkedRead>,
     read_next: u64,
+    /// What every shard's partition groups last said of themselves (`partition_figures`).
+    figures: NodeFigures,
     pub counters: NodeCounters,
 }
 
@@ -320,6 +323,7 @@ impl Node {
             tick: 0,
             parked_reads: BTreeMap::new(),
             read_next: 0,
+            figures: NodeFigures::default(),
             counters: NodeCounters::default(),
         };
         node.drain_shard_events();
@@ -528,6 +532,7 @@ impl Node {
             ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, &bytes)),
             ShardMessage::ClientReply(bytes) => self.on_client_reply(io, &bytes),
             ShardMessage::Metadata(view) => self.on_metadata_view(io, view),
+            ShardMessage::Figures { shard, figures } => self.figures.replace(shard, figures),
             ShardMessage::Read(read) => self.serve_poll(io, read.connection, read.request, read.poll),
             ShardMessage::ToConnection { connection, frame } => {
                 if self.connections.contains_key(&connection) {
@@ -561,6 +566,9 @@ impl Node {
             .collect();
         for id in late {
             self.finish_log_read(io, id, Err(ReadError::Busy));
+        }
+        if self.tick.is_multiple_of(FIGURES_TICKS) {
+            self.send_figures(io);
         }
         self.resend_in_flight(io);
         self.resend_ending_sessions(io);
@@ -896,12 +904,43 @@ impl Node {
             _ => {
                 let clients = self.client_summaries(&metadata);
                 let metadata_op = self.view.as_ref().map_or(0, |view| view.op);
-                let reader = Reader { user_id, client, connection, clients: &clients, metadata_op };
+                let reader =
+                    Reader { user_id, client, connection, clients: &clients, metadata_op, figures: &self.figures };
                 let body = reads::answer(&metadata, &reader, &request)?;
                 self.answer_here(io, connection, &header, body);
                 Ok(())
             }
         }
+    }
+
+    /// This shard's groups' figures, kept here and sent to the node's other shards (a full
+    /// channel skips it: the next send replaces it anyway).
+    fn send_figures(&mut self, io: &mut impl NodeIo) {
+        let figures: BTreeMap<Namespace, PartitionFigures> = self
+            .shard
+            .partitions()
+            .map(|(namespace, replica)| {
+                let machine = replica.state_machine();
+                let (first, next) = (machine.first_offset(), machine.next_offset());
+                let figures = PartitionFigures {
+                    // A partition always has a segment to write to, the reference says so of
+                    // an empty one too.
+                    segments: machine.segments_count().max(1),
+                    current_offset: next.saturating_sub(1),
+                    size: machine.retained_bytes(),
+                    messages: next - first,
+                };
+                (namespace, figures)
+            })
+            .collect();
+        let own = self.shard_index();
+        for shard in (0..self.config.shard.shards).filter(|shard| *shard != own) {
+            let message = ShardMessage::Figures { shard: own, figures: figures.clone() };
+            if io.send_to_shard(shard, message).is_err() {
+                self.counters.channel_full += 1;
+            }
+        }
+        self.figures.replace(own, figures);
     }
 
     /// The incarnation of a partition's group in the committed metadata this shard reads.

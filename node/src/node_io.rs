@@ -12,6 +12,7 @@ use vireo_protocol::header::Header;
 
 use crate::metadata::Metadata;
 use crate::partition::request::PartitionRequest;
+use crate::partition_figures::PartitionFigures;
 
 /// A client connection, numbered by the driver (never reused while the driver runs).
 pub type ConnectionId = u64;
@@ -43,6 +44,8 @@ pub enum ShardMessage {
     Read(Box<LocalRead>),
     /// A reply frame for a connection the receiving shard holds.
     ToConnection { connection: ConnectionId, frame: Vec<u8> },
+    /// The figures of the partition groups `shard` hosts, for the reads that report them.
+    Figures { shard: u16, figures: BTreeMap<Namespace, PartitionFigures> },
 }
 
 impl ShardMessage {
@@ -52,7 +55,7 @@ impl ShardMessage {
             ShardMessage::Frame(bytes)
             | ShardMessage::ClientReply(bytes)
             | ShardMessage::ToConnection { frame: bytes, .. } => bytes.len(),
-            ShardMessage::Metadata(_) | ShardMessage::Read(_) => 0,
+            ShardMessage::Metadata(_) | ShardMessage::Read(_) | ShardMessage::Figures { .. } => 0,
         }
     }
 }

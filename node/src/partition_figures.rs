@@ -43,10 +43,9 @@ impl NodeFigures {
 
     /// The sums over a topic's partitions (size, messages).
     pub fn topic_totals(&self, stream: u32, topic: u32, partitions: impl Iterator<Item = u32>) -> (u64, u64) {
-        partitions.map(|partition| self.of(Namespace::partition(stream, topic, partition))).fold(
-            (0, 0),
-            |(size, messages), figures| (size + figures.size, messages + figures.messages),
-        )
+        partitions
+            .map(|partition| self.of(Namespace::partition(stream, topic, partition)))
+            .fold((0, 0), |(size, messages), figures| (size + figures.size, messages + figures.messages))
     }
 }
 

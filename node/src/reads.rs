@@ -7,6 +7,7 @@ use vireo_protocol::wire::{self, ClientRequest, Name};
 use crate::admission::{identifier, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND};
 use crate::client_reply::{SERVER_PROTOCOL_VERSION, SERVER_VERSION};
 use crate::metadata::{Metadata, ReadKind};
+use crate::partition_figures::NodeFigures;
 use crate::wire_view;
 
 /// Who asks, and what of the node only the asking shard knows.
@@ -19,6 +20,8 @@ pub struct Reader<'a> {
     pub clients: &'a [wire::ClientSummary],
     /// The metadata op the view was committed at: a consumer group's generation.
     pub metadata_op: u64,
+    /// What the partition groups say of themselves (get_stream, get_topic).
+    pub figures: &'a NodeFigures,
 }
 
 fn authorize(metadata: &Metadata, user_id: u32, kind: ReadKind) -> Result<(), u32> {
@@ -171,13 +174,14 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
         }
         ClientRequest::GetStreams => {
             authorize(metadata, user_id, ReadKind::Streams)?;
-            let streams: Vec<wire::Stream> = metadata.streams().map(wire_view::stream).collect();
+            let streams: Vec<wire::Stream> =
+                metadata.streams().map(|stream| wire_view::stream(stream, reader.figures)).collect();
             Ok(wire::Stream::encode_list(&streams))
         }
         ClientRequest::GetStream { stream } => {
             let Ok(stream) = metadata.resolve_stream(&identifier(stream)) else { return Ok(Vec::new()) };
             authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
-            Ok(wire_view::stream_details(stream).encode())
+            Ok(wire_view::stream_details(stream, reader.figures).encode())
         }
         ClientRequest::GetTopics { stream } => {
             // A missing stream lists no topics (the reference's answer).
@@ -185,7 +189,8 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
                 return Ok(wire::Topic::encode_list(&[]));
             };
             authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
-            let topics: Vec<wire::Topic> = stream.topics.values().map(wire_view::topic).collect();
+            let topics: Vec<wire::Topic> =
+                stream.topics.values().map(|topic| wire_view::topic(stream.id, topic, reader.figures)).collect();
             Ok(wire::Topic::encode_list(&topics))
         }
         ClientRequest::GetTopic { stream, topic } => {
@@ -193,7 +198,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
                 return Ok(Vec::new());
             };
             authorize(metadata, user_id, ReadKind::Topic { stream: stream.id, topic: topic.id })?;
-            Ok(wire_view::topic_details(topic).encode())
+            Ok(wire_view::topic_details(stream.id, topic, reader.figures).encode())
         }
         ClientRequest::GetConsumerGroups { stream, topic } => {
             let (stream, topic) =

@@ -2,7 +2,10 @@
 //! users and permissions turned into the wire bodies of `PROTOCOL.md`, and wire permissions
 //! turned into the metadata's. One place, so that a create's reply and a get's show the same.
 
+use vireo_io::Namespace;
 use vireo_protocol::wire::{self, Name};
+
+use crate::partition_figures::NodeFigures;
 
 use crate::metadata::{
     Compression, ConsumerGroup, GlobalPermissions, Metadata, Permissions, Stream, StreamPermissions, Topic,
@@ -18,20 +21,33 @@ fn micros(nanos: u64) -> u64 {
     nanos / 1_000
 }
 
-pub fn stream(stream: &Stream) -> wire::Stream {
+/// A stream with its size and messages as `figures` say (`partition_figures`: node-local, so a
+/// committed reply passes none, the zeros of a new stream).
+pub fn stream(stream: &Stream, figures: &NodeFigures) -> wire::Stream {
+    let (size, messages_count) = stream.topics.values().fold((0, 0), |(size, messages), topic| {
+        let (topic_size, topic_messages) = topic_totals(stream.id, topic, figures);
+        (size + topic_size, messages + topic_messages)
+    });
     wire::Stream {
         id: stream.id,
         created_at: micros(stream.created_at),
         topics_count: stream.topics.len() as u32,
-        size: 0,
-        messages_count: 0,
+        size,
+        messages_count,
         name: name(&stream.name),
         options: wire::Options::empty(),
     }
 }
 
-pub fn stream_details(of: &Stream) -> wire::StreamDetails {
-    wire::StreamDetails { stream: stream(of), topics: of.topics.values().map(topic).collect() }
+pub fn stream_details(of: &Stream, figures: &NodeFigures) -> wire::StreamDetails {
+    wire::StreamDetails {
+        stream: stream(of, figures),
+        topics: of.topics.values().map(|each| topic(of.id, each, figures)).collect(),
+    }
+}
+
+fn topic_totals(stream: u32, topic: &Topic, figures: &NodeFigures) -> (u64, u64) {
+    figures.topic_totals(stream, topic.id, topic.partitions.iter().map(|partition| partition.id))
 }
 
 /// Iggy's numbering of compression algorithms.
@@ -42,7 +58,8 @@ pub fn compression_code(compression: Compression) -> u8 {
     }
 }
 
-pub fn topic(topic: &Topic) -> wire::Topic {
+pub fn topic(stream: u32, topic: &Topic, figures: &NodeFigures) -> wire::Topic {
+    let (size, messages_count) = topic_totals(stream, topic, figures);
     wire::Topic {
         id: topic.id,
         created_at: micros(topic.created_at),
@@ -50,28 +67,31 @@ pub fn topic(topic: &Topic) -> wire::Topic {
         message_expiry: topic.options.message_expiry,
         compression: compression_code(topic.options.compression),
         max_topic_size: topic.options.max_topic_size,
-        size: 0,
-        messages_count: 0,
+        size,
+        messages_count,
         name: name(&topic.name),
         options: wire::Options::empty(),
         derived_options: wire::Options::empty(),
     }
 }
 
-pub fn topic_details(of: &Topic) -> wire::TopicDetails {
+pub fn topic_details(stream: u32, of: &Topic, figures: &NodeFigures) -> wire::TopicDetails {
     let partitions = of
         .partitions
         .iter()
-        .map(|partition| wire::Partition {
-            id: partition.id,
-            created_at: micros(partition.created_at),
-            segments_count: 0,
-            current_offset: 0,
-            size: 0,
-            messages_count: 0,
+        .map(|partition| {
+            let held = figures.of(Namespace::partition(stream, of.id, partition.id));
+            wire::Partition {
+                id: partition.id,
+                created_at: micros(partition.created_at),
+                segments_count: held.segments,
+                current_offset: held.current_offset,
+                size: held.size,
+                messages_count: held.messages,
+            }
         })
         .collect();
-    wire::TopicDetails { topic: topic(of), partitions }
+    wire::TopicDetails { topic: topic(stream, of, figures), partitions }
 }
 
 /// A group with its members, numbered in the order of their client ids.

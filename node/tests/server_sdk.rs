@@ -118,6 +118,22 @@ async fn conversation(server: &Server) {
         total += polled.messages.len();
     }
     assert_eq!(total, 20, "every message sent is in exactly one partition");
+    // get_topic and get_stream report what the partitions hold (figures a moment old at most).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let topic = loop {
+        let topic = client.get_topic(&orders, &events).await.unwrap().unwrap();
+        if topic.messages_count == 20 || std::time::Instant::now() > deadline {
+            break topic;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(topic.messages_count, 20);
+    assert_eq!(topic.partitions.iter().map(|partition| partition.messages_count).sum::<u64>(), 20);
+    assert_eq!(topic.partitions[0].current_offset, polled.current_offset);
+    assert!(topic.partitions.iter().all(|partition| partition.segments_count >= 1));
+    assert!(topic.size.as_bytes_u64() > 20 * 48, "{}", topic.size);
+    let stream = client.get_stream(&orders).await.unwrap().unwrap();
+    assert_eq!(stream.messages_count, 20);
     let first =
         client.poll_messages(&orders, &events, Some(0), &consumer, &PollingStrategy::first(), 1, false).await.unwrap();
     assert_eq!(payloads(&first), ["p0-0"]);

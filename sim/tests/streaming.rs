@@ -287,19 +287,21 @@ fn large_batches_are_written_once_on_a_replica() {
 /// A WAL that leaves batches to the segment log must write a prepare's redundant header only
 /// once the log holds them: a replica that does not keeps, after a power loss, headers of
 /// prepares whose batches no log holds, never nacks them, and the group waits for a body no
-/// replica can give (a liveness failure the same seed does not have without the bug).
+/// replica can give (a liveness failure the same seed does not have without the bug), or the
+/// log ends up holding batches its machine does not (a correctness failure).
 #[test]
 fn a_wal_header_written_before_the_log_holds_its_batches_is_caught() {
     install_panic_hook();
     // Two nodes: a shared power feed takes both, and with them every copy of a batch the log had
-    // not synced (5 of seeds 0..800 catch it, the first two 407 and 413; the search starts at 400
-    // to keep the test short).
+    // not synced. Rare: 2 of seeds 0..1200 catch it, 217 (the log then holds a segment its
+    // machine does not: a correctness failure) and 935 (the liveness failure); the search starts
+    // at 200 to keep the test short. Which seeds catch it moves whenever the node's events do.
     let overrides = Overrides { replicas: Some(2), faults: Some(FaultLevel::Heavy), ..streaming() };
-    let (seed, report) = (400..800)
+    let (seed, report) = (200..1200)
         .map(|seed| (seed, run_seed(seed, &overrides, Some(Bug::WalHeadersBeforeLog))))
         .find(|(_, report)| report.exit_code != 0)
-        .expect("wal-headers-before-log caught within seeds 400..800 of heavy two-node runs");
-    assert_eq!(report.exit_code, 128, "seed {seed}: {}", report.message);
+        .expect("wal-headers-before-log caught within seeds 200..1200 of heavy two-node runs");
+    assert!(matches!(report.exit_code, 128 | 129), "seed {seed}: {}", report.message);
     let clean = run_seed(seed, &overrides, None);
     assert_eq!(clean.exit_code, 0, "seed {seed} without the bug: {}", clean.message);
 }

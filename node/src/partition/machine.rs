@@ -173,6 +173,11 @@ impl PartitionMachine {
         self.next_offset
     }
 
+    /// Segments the partition holds (sealed ones and the one being written).
+    pub fn segments_count(&self) -> u32 {
+        self.segments.len() as u32
+    }
+
     pub fn retained_bytes(&self) -> u64 {
         self.retained_bytes
     }
