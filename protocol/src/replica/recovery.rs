@@ -49,6 +49,10 @@ const READ_SHIFT: u32 = 32;
 
 /// Times the superblock pair is read before recovery gives up on it.
 const SUPERBLOCK_READ_ATTEMPTS_MAX: u32 = 8;
+/// Times a WAL slot's header or prepare that reads as damaged (written, but failing its checks)
+/// is read again: a read may be corrupted on its way up, and a prepare taken for damaged is one
+/// the replica may no longer know it acknowledged.
+const WAL_SLOT_READ_ATTEMPTS_MAX: u8 = 3;
 
 type ReadResult = Option<Result<Vec<u8>, IoError>>;
 
@@ -59,6 +63,8 @@ pub struct Opening {
     superblock_attempts: u32,
     wal_headers: Vec<ReadResult>,
     wal_prepares: Vec<ReadResult>,
+    /// Reads of each slot's header and prepare so far.
+    wal_attempts: Vec<(u8, u8)>,
     outstanding: usize,
     /// The WAL's slots as recovered, while elided prepares among them wait for the external log
     /// to give back their spans (`fills_wanted`, `fill`).
@@ -138,22 +144,50 @@ impl<S: StateMachine> Replica<S> {
                             token(TokenKind::Open, READ_WAL_PREPARE << READ_SHIFT | index as u64),
                         );
                     }
-                    result => {
-                        opening.wal_prepares[index] = Some(result);
-                        if opening.outstanding == 0 {
-                            self.open_finish(io);
-                        }
-                    }
+                    result => self.open_wal_read_done(io, READ_WAL_PREPARE, index, result),
                 }
             }
-            READ_WAL_HEADER | READ_WAL_PREPARE => {
-                let reads = if what == READ_WAL_HEADER { &mut opening.wal_headers } else { &mut opening.wal_prepares };
-                reads[index] = Some(result);
-                if opening.outstanding == 0 {
-                    self.open_finish(io);
-                }
-            }
+            READ_WAL_HEADER | READ_WAL_PREPARE => self.open_wal_read_done(io, what, index, result),
             other => panic!("unknown open read {other}"),
+        }
+    }
+
+    /// A slot's header or prepare is read: kept, or read again if it looks damaged and has not
+    /// been read `WAL_SLOT_READ_ATTEMPTS_MAX` times.
+    fn open_wal_read_done(&mut self, io: &mut impl Io, what: u64, index: usize, result: Result<Vec<u8>, IoError>) {
+        let layout = self.journal.layout;
+        let (cluster, namespace) = (self.config.cluster, self.config.namespace);
+        let opening = self.opening.as_mut().expect("opening");
+        let slot = index as u64;
+        let header = what == READ_WAL_HEADER;
+        let damaged = result.as_ref().is_ok_and(|bytes| {
+            let recovered = if header {
+                recover_slot(&layout, slot, cluster, Some(bytes), None)
+            } else {
+                recover_slot(&layout, slot, cluster, None, Some(bytes))
+            };
+            bytes.iter().any(|byte| *byte != 0) && matches!(recovered, RecoveredSlot::Empty)
+        });
+        let attempts = if header { &mut opening.wal_attempts[index].0 } else { &mut opening.wal_attempts[index].1 };
+        if damaged && *attempts + 1 < WAL_SLOT_READ_ATTEMPTS_MAX {
+            *attempts += 1;
+            opening.outstanding += 1;
+            let (offset, len, kind) = if header {
+                (layout.header_offset(slot), HEADER_SIZE, READ_WAL_HEADER)
+            } else {
+                (
+                    layout.prepare_offset(slot),
+                    PREPARE_HEAD_BYTES.min(layout.prepare_size_max as usize),
+                    READ_WAL_PREPARE_HEAD,
+                )
+            };
+            io.read(wal_file(namespace), offset, len, token(TokenKind::Open, kind << READ_SHIFT | slot));
+            return;
+        }
+        let reads = if header { &mut opening.wal_headers } else { &mut opening.wal_prepares };
+        reads[index] = Some(result);
+        if opening.outstanding == 0 {
+            self.open_finish(io);
         }
     }
 
@@ -268,6 +302,7 @@ impl<S: StateMachine> Replica<S> {
         let opening = self.opening.as_mut().expect("opening");
         opening.wal_headers = vec![None; slots];
         opening.wal_prepares = vec![None; slots];
+        opening.wal_attempts = vec![(0, 0); slots];
         opening.outstanding = 2 * slots;
         for slot in 0..layout.slot_count {
             io.read(
