@@ -309,7 +309,6 @@ fn run(args: Args) -> Result<(), String> {
         shutdown,
         root,
         seed,
-        accepting: AtomicBool::new(false),
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;
     let results = run_shards(&cpus, capacity, move |context| {

@@ -52,8 +52,6 @@ pub struct ServerShared {
     pub shutdown: Arc<AtomicBool>,
     pub root: RootPlan,
     pub seed: u64,
-    /// Set by shard 0 once it accepts clients.
-    pub accepting: AtomicBool,
 }
 
 /// Requests one connection may have waiting for their replies in the latency table; past it the
@@ -310,7 +308,6 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                         stop_accepting.clone(),
                     );
                 }
-                shared.accepting.store(true, Ordering::SeqCst);
                 tracing::info!("accepting clients");
             }
             if ticks.is_multiple_of(PUBLISH_TICKS) {
