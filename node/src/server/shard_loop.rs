@@ -67,7 +67,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 const HTTP_CONNECTIONS_MAX: u64 = 64;
 const HTTP_HEAD_BYTES_MAX: usize = 8192;
 
-/// A request waiting for its reply: when it arrived, what it was, its size.
+/// A request waiting for its reply: its number, when it arrived, which command it is.
 struct Timed {
     request: u64,
     arrived: u64,
