@@ -532,7 +532,12 @@ impl Node {
             ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, &bytes)),
             ShardMessage::ClientReply(bytes) => self.on_client_reply(io, &bytes),
             ShardMessage::Metadata(view) => self.on_metadata_view(io, view),
-            ShardMessage::Figures { shard, figures } => self.figures.replace(shard, figures),
+            ShardMessage::Figures { shard, figures, metadata_leader } => {
+                if shard == 0 {
+                    self.figures.metadata_leader = metadata_leader;
+                }
+                self.figures.replace(shard, figures)
+            }
             ShardMessage::Read(read) => self.serve_poll(io, read.connection, read.request, read.poll),
             ShardMessage::ToConnection { connection, frame } => {
                 if self.connections.contains_key(&connection) {
@@ -897,7 +902,7 @@ impl Node {
             }
             ClientRequest::GetClusterMetadata => {
                 let cluster =
-                    wire::ClusterMetadata { name: self.config.cluster_name.clone(), nodes: self.config.roster.clone() };
+                    wire::ClusterMetadata { name: self.config.cluster_name.clone(), nodes: self.roster_with_roles() };
                 self.answer_here(io, connection, &header, cluster.encode());
                 Ok(())
             }
@@ -934,13 +939,36 @@ impl Node {
             })
             .collect();
         let own = self.shard_index();
+        let metadata_leader = self.metadata_leader();
+        if own == 0 {
+            self.figures.metadata_leader = metadata_leader;
+        }
         for shard in (0..self.config.shard.shards).filter(|shard| *shard != own) {
-            let message = ShardMessage::Figures { shard: own, figures: figures.clone() };
+            let message = ShardMessage::Figures { shard: own, figures: figures.clone(), metadata_leader };
             if io.send_to_shard(shard, message).is_err() {
                 self.counters.channel_full += 1;
             }
         }
         self.figures.replace(own, figures);
+    }
+
+    /// Shard 0: the metadata group's primary, when this node's replica of it is in normal status.
+    fn metadata_leader(&self) -> Option<u8> {
+        let replica = self.shard.metadata()?;
+        (replica.status() == Status::Normal).then(|| replica.config().primary_index(replica.view()))
+    }
+
+    /// The roster as get_cluster_metadata reports it: the metadata group's primary is the leader
+    /// (Iggy's role 0), the others followers (1); every node healthy (0) while a leader is known,
+    /// else starting (1).
+    fn roster_with_roles(&self) -> Vec<wire::ClusterNode> {
+        let leader = if self.shard_index() == 0 { self.metadata_leader() } else { self.figures.metadata_leader };
+        let mut roster = self.config.roster.clone();
+        for (index, node) in roster.iter_mut().enumerate() {
+            node.role = if leader == Some(index as u8) { 0 } else { 1 };
+            node.status = if leader.is_some() { 0 } else { 1 };
+        }
+        roster
     }
 
     /// The incarnation of a partition's group in the committed metadata this shard reads.

@@ -45,7 +45,9 @@ pub enum ShardMessage {
     /// A reply frame for a connection the receiving shard holds.
     ToConnection { connection: ConnectionId, frame: Vec<u8> },
     /// The figures of the partition groups `shard` hosts, for the reads that report them.
-    Figures { shard: u16, figures: BTreeMap<Namespace, PartitionFigures> },
+    /// Shard 0's also say which replica is the metadata group's primary, when its replica is in
+    /// normal status (what get_cluster_metadata reports as the leader).
+    Figures { shard: u16, figures: BTreeMap<Namespace, PartitionFigures>, metadata_leader: Option<u8> },
 }
 
 impl ShardMessage {

@@ -29,6 +29,8 @@ pub struct PartitionFigures {
 #[derive(Clone, Debug, Default)]
 pub struct NodeFigures {
     by_shard: BTreeMap<u16, BTreeMap<Namespace, PartitionFigures>>,
+    /// The metadata group's primary as shard 0 last reported it (`None`: in a view change).
+    pub metadata_leader: Option<u8>,
 }
 
 impl NodeFigures {

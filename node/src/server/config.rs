@@ -32,6 +32,8 @@ const SECRET_KEYS: [&str; 1] = ["cluster.auth.secret"];
 
 /// The replica links' secret has at least this many bytes when set.
 pub const CLUSTER_SECRET_BYTES_MIN: usize = 32;
+/// Nodes a cluster's roster has at most (VSR's replica count).
+pub const CLUSTER_NODES_MAX: usize = 6;
 
 /// A configuration that cannot be used, as the one line the server prints before it exits.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +114,10 @@ pub struct HttpConfig {
 pub struct ClusterConfig {
     pub enabled: bool,
     pub name: String,
+    /// This node's place in `nodes` (a cluster node only).
+    pub replica_id: u64,
+    /// Where this node listens for its peers if not at its roster address (empty: there).
+    pub replica_listen_address: String,
     pub nodes: Vec<ClusterNodeConfig>,
     pub auth: ClusterAuthConfig,
 }
@@ -178,6 +184,37 @@ impl ServerConfig {
 
     pub fn http_address(&self) -> SocketAddr {
         self.http.address.parse().expect("validated")
+    }
+
+    /// The roster's fingerprint: what two nodes compare when they link (names, addresses and
+    /// ports of every node, in order, and the cluster's name). This node's `replica_id` is not in
+    /// it: it is the one thing that differs between nodes.
+    pub fn roster_hash(&self) -> u64 {
+        let mut canonical = format!("{}\n", self.cluster.name);
+        for node in &self.cluster.nodes {
+            let ports = &node.ports;
+            canonical.push_str(&format!(
+                "{} {} {} {} {} {} {} {}\n",
+                node.replica_id,
+                node.name,
+                node.ip,
+                ports.tcp,
+                ports.quic,
+                ports.http,
+                ports.websocket,
+                ports.tcp_replica
+            ));
+        }
+        xxhash_rust::xxh3::xxh3_64(canonical.as_bytes())
+    }
+
+    /// The nodes of the cluster (a single node when clustering is off: the roster's first entry).
+    pub fn replica_count(&self) -> u8 {
+        if self.cluster.enabled {
+            self.cluster.nodes.len() as u8
+        } else {
+            1
+        }
     }
 
     pub fn cpu_allocation(&self) -> CpuAllocation {
@@ -519,15 +556,54 @@ fn validate(config: &ServerConfig) -> Result<(), ConfigError> {
             ));
         }
     }
-    if config.cluster.enabled {
-        return Err(key(
-            "cluster.enabled",
-            "true: this vireo-server runs a single node; clusters of servers are not in this release".to_string(),
-        ));
-    }
     let secret = &config.cluster.auth.secret;
     if !secret.is_empty() && secret.len() < CLUSTER_SECRET_BYTES_MIN {
         return Err(key("cluster.auth.secret", format!("must be at least {CLUSTER_SECRET_BYTES_MIN} bytes")));
+    }
+    if config.cluster.enabled {
+        let nodes = &config.cluster.nodes;
+        if !(1..=CLUSTER_NODES_MAX).contains(&nodes.len()) {
+            return Err(key("cluster.nodes", format!("{} nodes: a cluster has 1 to {CLUSTER_NODES_MAX}", nodes.len())));
+        }
+        if config.cluster.replica_id >= nodes.len() as u64 {
+            return Err(key(
+                "cluster.replica_id",
+                format!(
+                    "{} is not in the roster ([[cluster.nodes]] has {} nodes)",
+                    config.cluster.replica_id,
+                    nodes.len()
+                ),
+            ));
+        }
+        if nodes.len() > 1 && secret.is_empty() {
+            return Err(key(
+                "cluster.auth.secret",
+                "must be set (the same on every node) for a cluster of more than one node".to_string(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (index, node) in nodes.iter().enumerate() {
+            for (port, value) in [("tcp", node.ports.tcp), ("tcp_replica", node.ports.tcp_replica)] {
+                if value == 0 {
+                    return Err(key(
+                        &format!("cluster.nodes.{index}.ports.{port}"),
+                        "0: a cluster node's ports are fixed (its peers and clients are told them)".to_string(),
+                    ));
+                }
+                if !seen.insert((node.ip.clone(), value)) {
+                    return Err(key(
+                        &format!("cluster.nodes.{index}.ports.{port}"),
+                        format!("{}:{value} is used twice in the roster", node.ip),
+                    ));
+                }
+            }
+        }
+        let listen = &config.cluster.replica_listen_address;
+        if !listen.is_empty() {
+            address("cluster.replica_listen_address", listen)?;
+        }
+    } else if config.cluster.replica_id != 0 {
+        return Err(key("cluster.replica_id", "must be 0 when cluster.enabled is false".to_string()));
     }
     Ok(())
 }
@@ -605,7 +681,8 @@ mod tests {
         assert!(file_error("[system.sharding]\ncpu_allocation = \"most\"\n")
             .starts_with("key `system.sharding.cpu_allocation`"));
         assert!(file_error("[system.sharding]\ncpu_allocation = \"0\"\n").contains("at least one core"));
-        assert!(file_error("[cluster]\nenabled = true\n").starts_with("key `cluster.enabled`"));
+        assert!(file_error("[cluster]\nenabled = true\nreplica_id = 1\n").starts_with("key `cluster.replica_id`"));
+        assert!(file_error("[cluster]\nreplica_id = 1\n").starts_with("key `cluster.replica_id`"));
         assert!(file_error("[cluster.auth]\nsecret = \"short\"\n").starts_with("key `cluster.auth.secret`"));
         assert!(file_error("[[cluster.nodes]]\nname = \"a\"\nip = \"1.2.3\"\n").starts_with("key `cluster.nodes.0.ip`"));
         for message in [unknown, not_integer] {

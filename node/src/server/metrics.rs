@@ -54,6 +54,13 @@ pub struct ShardFigures {
     pub metadata_view: u64,
     pub metadata_commit: u64,
     pub replica_frames_dropped: u64,
+    /// The shard's replica links (a cluster node).
+    pub links: crate::server::replica_links::LinkCounters,
+    /// Shard 0: the node's peers linked now, and the replica link handshakes refused for a
+    /// missing or wrong secret, or for a roster that differs.
+    pub peers_linked: u64,
+    pub replica_auth_refused: u64,
+    pub replica_roster_refused: u64,
     /// Replica failures (a write or sync of the group's files that failed).
     pub replica_failures: u64,
     pub commands: BTreeMap<&'static str, CommandFigures>,
@@ -233,7 +240,7 @@ pub fn render(shards: &[ShardFigures]) -> String {
         let kind = if name.ends_with("bytes") { "counter" } else { "gauge" };
         counter(&mut out, name, help, kind, &per_shard(value));
     }
-    let counters: [(&str, &str, Figure); 9] = [
+    let counters: [(&str, &str, Figure); 11] = [
         ("vireo_connections_accepted_total", "Client connections accepted.", &|f| f.net.accepted),
         ("vireo_commits_total", "Ops committed by the groups hosted.", &|f| f.commits),
         ("vireo_view_changes_total", "Views the groups hosted moved to.", &|f| f.view_changes),
@@ -243,12 +250,14 @@ pub fn render(shards: &[ShardFigures]) -> String {
         ("vireo_frames_out_total", "Frames written to clients.", &|f| f.net.frames_out),
         ("vireo_frames_in_total", "Frames read from clients.", &|f| f.net.frames_in),
         ("vireo_outbound_bytes_total", "Bytes written to clients.", &|f| f.net.bytes_out),
+        ("vireo_replica_frames_out_total", "Frames written to peers.", &|f| f.links.frames_out),
+        ("vireo_replica_frames_in_total", "Frames read from peers.", &|f| f.links.frames_in),
     ];
     for (name, help, value) in counters {
         counter(&mut out, name, help, "counter", &per_shard(value));
     }
     let mut refusals = Vec::new();
-    let reasons: [(&str, Figure); 9] = [
+    let reasons: [(&str, Figure); 11] = [
         ("connections_full", &|f| f.net.refused_full + f.node.connections_refused),
         ("frame_size", &|f| f.net.frames_oversized),
         ("malformed_frame", &|f| f.node.frames_malformed),
@@ -257,7 +266,9 @@ pub fn render(shards: &[ShardFigures]) -> String {
         ("channel_full", &|f| f.node.channel_full),
         ("reply_unrouted", &|f| f.node.replies_unrouted),
         ("poll_reply_dropped", &|f| f.node.poll_replies_dropped),
-        ("replica_frame_dropped", &|f| f.replica_frames_dropped),
+        ("replica_frame_dropped", &|f| f.replica_frames_dropped + f.links.dropped_down + f.links.dropped_full),
+        ("replica_link_auth", &|f| f.replica_auth_refused),
+        ("replica_link_roster", &|f| f.replica_roster_refused),
     ];
     for (reason, value) in reasons {
         let total: u64 = shards.iter().map(value).sum();
@@ -278,6 +289,13 @@ pub fn render(shards: &[ShardFigures]) -> String {
             "The metadata group's commit.",
             "gauge",
             &[(String::new(), first.metadata_commit)],
+        );
+        counter(
+            &mut out,
+            "vireo_replica_peers_linked",
+            "Peers this node's replica links reach now.",
+            "gauge",
+            &[(String::new(), first.peers_linked)],
         );
         if let Some((streams, topics, partitions, users)) = first.catalog {
             counter(&mut out, "vireo_streams", "Streams.", "gauge", &[(String::new(), streams)]);

@@ -7,5 +7,6 @@
 pub mod config;
 pub mod metrics;
 pub mod process;
+pub mod replica_links;
 pub mod root_credentials;
 pub mod shard_loop;

@@ -22,8 +22,9 @@ use crate::metadata::PasswordCost;
 use crate::node::NodeConfig;
 use crate::server::config::{self, ConfigError, ServerConfig, ENV_CONFIG_PATH, ENV_ROOT_PASSWORD, ENV_ROOT_USERNAME};
 use crate::server::metrics::ShardStats;
+use crate::server::replica_links::{ClusterHealth, LinkIdentity};
 use crate::server::root_credentials::RootPlan;
-use crate::server::shard_loop::{run_shard, ServerShared};
+use crate::server::shard_loop::{run_shard, ClusterPlane, ServerShared};
 use crate::shard::ShardConfig;
 
 /// Partition groups one shard hosts at most.
@@ -52,7 +53,8 @@ pub struct Args {
     /// VIREO_ROOT_USERNAME and VIREO_ROOT_PASSWORD set others.
     #[arg(long)]
     pub with_default_root_credentials: bool,
-    /// This node's replica_id in [[cluster.nodes]] (0 for a single node).
+    /// This node's replica_id in [[cluster.nodes]] (0 for a single node); overrides
+    /// cluster.replica_id.
     #[arg(long, value_name = "N")]
     pub replica_id: Option<u8>,
 }
@@ -139,7 +141,11 @@ fn init_logging(config: &ServerConfig, env: &[(String, String)]) -> Result<(), S
         .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
     tracing_subscriber::registry()
         .with(filter)
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .with_writer(std::io::stderr),
+        )
         .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(Mutex::new(file)))
         .try_init()
         .map_err(|error| format!("logging: {error}"))
@@ -194,9 +200,9 @@ fn raise_open_files_limit() -> u64 {
 
 /// The node configuration a server's shards are opened with (the shard fields are set per shard).
 pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeConfig {
-    let cluster = xxhash_rust::xxh3::xxh3_128(config.cluster.name.as_bytes()) | 1;
+    let cluster = cluster_id(config);
     let journal = &config.system.journal;
-    let mut metadata = Config::new(cluster, 1);
+    let mut metadata = Config::new(cluster, config.replica_count());
     metadata.journal_slots = journal.metadata_slots;
     metadata.prepare_size_max = journal.prepare_size_max;
     metadata.clients_max = METADATA_CLIENTS_MAX;
@@ -205,15 +211,18 @@ pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeCon
     partition.clients_max = PARTITION_CLIENTS_MAX;
     metadata.validate();
     partition.validate();
+    let replica = config.cluster.replica_id as usize;
     let roster = config
         .cluster
         .nodes
         .iter()
-        .take(1)
-        .map(|node| wire::ClusterNode {
+        .enumerate()
+        .take(config.replica_count() as usize)
+        .map(|(index, node)| wire::ClusterNode {
             name: node.name.clone(),
             ip: node.ip.clone(),
-            tcp_port,
+            // A single node reports the port it bound (which may have been 0 in the file).
+            tcp_port: if index == replica && !config.cluster.enabled { tcp_port } else { node.ports.tcp as u16 },
             quic_port: node.ports.quic as u16,
             http_port: node.ports.http as u16,
             websocket_port: node.ports.websocket as u16,
@@ -222,12 +231,54 @@ pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeCon
         })
         .collect();
     NodeConfig {
-        shard: ShardConfig { node: 0, shard: 0, shards, metadata, partition, partitions_max: PARTITIONS_PER_SHARD_MAX },
+        shard: ShardConfig {
+            node: replica as u8,
+            shard: 0,
+            shards,
+            metadata,
+            partition,
+            partitions_max: PARTITIONS_PER_SHARD_MAX,
+        },
         connections_max: config.tcp.connections_max_per_shard as usize,
         cluster_name: config.cluster.name.clone(),
         roster,
         password_cost: PasswordCost::Production,
     }
+}
+
+/// The cluster's id, which every header between its replicas carries: from its name.
+fn cluster_id(config: &ServerConfig) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(config.cluster.name.as_bytes()) | 1
+}
+
+/// A cluster node's replica plane: the replica listener, bound, and where its peers listen.
+fn cluster_plane(config: &ServerConfig) -> Result<Option<ClusterPlane>, String> {
+    if !config.cluster.enabled || config.cluster.nodes.len() < 2 {
+        return Ok(None);
+    }
+    let replica = config.cluster.replica_id as usize;
+    let address = |index: usize| -> SocketAddr {
+        let node = &config.cluster.nodes[index];
+        SocketAddr::new(node.ip.parse().expect("validated"), node.ports.tcp_replica as u16)
+    };
+    let listener = match config.cluster.replica_listen_address.as_str() {
+        "" => bind(&format!("cluster.nodes.{replica}.ports.tcp_replica"), address(replica))?,
+        listen => bind("cluster.replica_listen_address", listen.parse().expect("validated"))?,
+    };
+    let peers = (0..config.cluster.nodes.len()).map(|index| (index != replica).then(|| address(index))).collect();
+    let identity = LinkIdentity::new(
+        cluster_id(config),
+        replica as u8,
+        config.replica_count(),
+        config.roster_hash(),
+        &config.cluster.auth.secret,
+    );
+    Ok(Some(ClusterPlane {
+        identity,
+        peers,
+        listener: Mutex::new(Some(listener)),
+        health: Arc::new(ClusterHealth::new(config.replica_count())),
+    }))
 }
 
 fn run(args: Args) -> Result<(), String> {
@@ -242,13 +293,17 @@ fn run(args: Args) -> Result<(), String> {
                 config.cluster.nodes.len()
             ));
         }
-        if replica_id != 0 {
-            return Err(format!(
-                "--replica-id {replica_id}: a single node is replica 0 (clusters are not in this release)"
-            ));
+        if replica_id != 0 && !config.cluster.enabled {
+            return Err(format!("--replica-id {replica_id}: a single node is replica 0 (cluster.enabled is false)"));
         }
+        config.cluster.replica_id = replica_id as u64;
     }
     let root = root_plan(&args, &env)?;
+    if config.replica_count() > 1 && matches!(root, RootPlan::Set { generated: true, .. }) {
+        return Err(format!(
+            "a cluster node needs its root credentials given, the same on every node: set {ENV_ROOT_USERNAME} and {ENV_ROOT_PASSWORD}, or pass --with-default-root-credentials"
+        ));
+    }
     let data = config.system.path.clone();
     if args.fresh && data.exists() {
         if data.parent().is_none() || data.as_os_str() == "." {
@@ -261,7 +316,15 @@ fn run(args: Args) -> Result<(), String> {
         .map_err(|error| format!("key `system.path`: cannot create {}: {error}", data.display()))?;
     let _lock = lock_data_directory(&data)?;
     init_logging(&config, &env)?;
-    let tcp = bind("tcp.address", config.tcp_address())?;
+    let tcp = if config.cluster.enabled {
+        // A cluster node listens where its roster entry says: its peers and clients are told so.
+        let replica = config.cluster.replica_id as usize;
+        let node = &config.cluster.nodes[replica];
+        let address = SocketAddr::new(node.ip.parse().expect("validated"), node.ports.tcp as u16);
+        bind(&format!("cluster.nodes.{replica}.ports.tcp"), address)?
+    } else {
+        bind("tcp.address", config.tcp_address())?
+    };
     let tcp_address = tcp.local_addr().map_err(|error| error.to_string())?;
     config.tcp.address = tcp_address.to_string();
     let http = if config.http.enabled {
@@ -271,6 +334,7 @@ fn run(args: Args) -> Result<(), String> {
     } else {
         None
     };
+    let cluster = cluster_plane(&config)?;
     let open_files = raise_open_files_limit();
     let current = data.join("runtime").join("current_config.toml");
     std::fs::write(&current, config.to_toml_without_secrets())
@@ -289,6 +353,18 @@ fn run(args: Args) -> Result<(), String> {
     }
     println!("data directory {}", data.display());
     println!("{shards} shard(s), pinned to cores {cpus:?}");
+    if config.cluster.enabled {
+        let replica = config.cluster.replica_id as usize;
+        let node = &config.cluster.nodes[replica];
+        println!(
+            "cluster {}: replica {replica} ({}) of {}, replica links on {}:{}",
+            config.cluster.name,
+            node.name,
+            config.cluster.nodes.len(),
+            node.ip,
+            node.ports.tcp_replica
+        );
+    }
     println!("config from {}{overridden}; effective config in {}", loaded.source, current.display());
     tracing::info!(address = %tcp_address, data = %data.display(), shards, open_files, "starting");
 
@@ -309,6 +385,7 @@ fn run(args: Args) -> Result<(), String> {
         shutdown,
         root,
         seed,
+        cluster,
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;
     let results = run_shards(&cpus, capacity, move |context| {

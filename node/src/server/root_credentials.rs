@@ -8,6 +8,12 @@
 //!
 //! "First boot" is "root still holds the genesis credentials": a restart after the change finds
 //! them gone and does nothing; a crash before it repeats it.
+//!
+//! In a cluster every node runs the setup with the same credentials (a generated password is
+//! refused there: each node would make its own). The first to commit wins; the others' steps are
+//! then refused (the default password no longer logs in), and a refused node waits for its
+//! committed metadata to show the change and finishes. Ticks count only once the node has
+//! committed metadata, so a node waiting for its quorum waits as long as that takes.
 
 use vireo_protocol::header::{Command, Header, Message};
 use vireo_protocol::request::OPERATION_REGISTER;
@@ -59,10 +65,14 @@ pub struct RootSetup {
     /// Whether the internal connection is open in the node.
     pub connection_open: bool,
     result: Option<Result<(), String>>,
+    /// A cluster node: another node may make the change first.
+    in_cluster: bool,
+    /// The internal connection is to be closed before the next attempt.
+    pub reconnect: bool,
 }
 
 impl RootSetup {
-    pub fn new(plan: RootPlan, client: u128) -> RootSetup {
+    pub fn new(plan: RootPlan, client: u128, in_cluster: bool) -> RootSetup {
         assert_ne!(client, 0, "a client id is non-zero");
         RootSetup {
             plan,
@@ -72,6 +82,8 @@ impl RootSetup {
             ticks: 0,
             connection_open: false,
             result: None,
+            in_cluster,
+            reconnect: false,
         }
     }
 
@@ -87,7 +99,9 @@ impl RootSetup {
 
     /// Called every tick: the frames to send on the internal connection now.
     pub fn step(&mut self, node: &Node) -> Vec<Vec<u8>> {
-        self.ticks += 1;
+        if node.view().is_some() {
+            self.ticks += 1;
+        }
         if self.result.is_some() {
             return Vec::new();
         }
@@ -159,6 +173,21 @@ impl RootSetup {
             0 => first_result(&message.body),
             status => status,
         };
+        if status != 0 && self.in_cluster {
+            // Another node may have changed the credentials first: look again at what is
+            // committed (the next `step`), and log in afresh if they still are the genesis ones.
+            tracing::info!(
+                ?step,
+                status,
+                "root credentials setup refused: checking whether another node made the change"
+            );
+            self.stage = Stage::WaitingForMetadata;
+            self.session = 0;
+            // A fresh client on a fresh internal connection for the next attempt.
+            self.client = (self.client.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835) >> 1) | 1;
+            self.reconnect = true;
+            return None;
+        }
         if status != 0 {
             self.finish(Err(format!("{step:?} was refused with status {status}")));
             return None;

@@ -32,6 +32,7 @@ use crate::node::{Node, NodeConfig, NodeEvent};
 use crate::node_io::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
 use crate::server::config::ServerConfig;
 use crate::server::metrics::{command_name, AllStats, ShardFigures};
+use crate::server::replica_links::{accept_links, ClusterHealth, LinkIdentity, ReplicaLinks};
 use crate::server::root_credentials::{RootPlan, RootSetup, INTERNAL_CONNECTION};
 use crate::shard::ShardEvent;
 
@@ -40,6 +41,21 @@ pub enum ShardMail {
     Node(ShardMessage),
     /// A connection shard 0 accepted, for the receiving shard to serve.
     Accepted(glommio::net::AcceptedTcpStream),
+    /// A replica link from `peer` that shard 0 authenticated, for the receiving shard to read.
+    ReplicaLink {
+        socket: std::os::fd::OwnedFd,
+        peer: u8,
+    },
+}
+
+/// A cluster node's replica plane: who it is, where its peers listen, and what its shards share
+/// about them.
+pub struct ClusterPlane {
+    pub identity: LinkIdentity,
+    /// Each replica's `tcp_replica` address, `None` for this node.
+    pub peers: Vec<Option<SocketAddr>>,
+    pub listener: Mutex<Option<std::net::TcpListener>>,
+    pub health: Arc<ClusterHealth>,
 }
 
 /// What every shard shares (read-only but for the listeners shard 0 takes and the flags).
@@ -52,6 +68,8 @@ pub struct ServerShared {
     pub shutdown: Arc<AtomicBool>,
     pub root: RootPlan,
     pub seed: u64,
+    /// `None` for a single node.
+    pub cluster: Option<ClusterPlane>,
 }
 
 /// Requests one connection may have waiting for their replies in the latency table; past it the
@@ -63,6 +81,8 @@ const PUBLISH_TICKS: u64 = 10;
 const INPUTS_PER_TURN: usize = 256;
 /// How long the I/O in flight gets to complete once every connection is closed.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Ticks between two "waiting for a quorum" lines while a cluster node has too few peers.
+const QUORUM_LOG_TICKS: u64 = 500;
 /// HTTP requests `/metrics` serves at once, and the bytes of one request head.
 const HTTP_CONNECTIONS_MAX: u64 = 64;
 const HTTP_HEAD_BYTES_MAX: usize = 8192;
@@ -97,6 +117,7 @@ struct ServerIo<'a> {
     senders: &'a Senders<ShardMail>,
     links: &'a mut Links,
     figures: &'a mut ShardFigures,
+    replicas: &'a ReplicaLinks,
     /// Replies to the shard's own internal connection (the root credentials setup).
     internal: &'a mut Vec<Vec<u8>>,
 }
@@ -108,7 +129,8 @@ impl Io for ServerIo<'_> {
         match to {
             // A single node has no peers: a replica of a one-replica group sends to none, and
             // whatever it did is dropped and counted.
-            Peer::Replica(_) => self.figures.replica_frames_dropped += 1,
+            Peer::Replica(_) if self.replicas.peers() == 0 => self.figures.replica_frames_dropped += 1,
+            Peer::Replica(replica) => self.replicas.send(replica, message),
             Peer::Client(_) => self.io.send(to, message),
         }
     }
@@ -156,6 +178,7 @@ macro_rules! with_node {
             senders: &$state.senders,
             links: &mut $state.links,
             figures: &mut $state.figures,
+            replicas: &$state.replicas,
             internal: &mut $state.internal,
         };
         let $node = &mut $state.node;
@@ -181,6 +204,7 @@ struct ShardState {
     senders: Rc<Senders<ShardMail>>,
     links: Links,
     figures: ShardFigures,
+    replicas: Rc<ReplicaLinks>,
     internal: Vec<Vec<u8>>,
     node: Node,
     /// Frames not admitted because the server is shutting down.
@@ -228,12 +252,20 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     let mut links = Links::default();
     let mut figures = ShardFigures::default();
     let mut internal = Vec::new();
+    let replicas = match &shared.cluster {
+        None => ReplicaLinks::none(),
+        Some(plane) => {
+            let identity = Rc::new(plane.identity.clone());
+            ReplicaLinks::start(identity, shard as u16, &plane.peers, plane.health.clone(), || io.random())
+        }
+    };
     let node = {
         let mut sio = ServerIo {
             io: &mut io,
             senders: &senders,
             links: &mut links,
             figures: &mut figures,
+            replicas: &replicas,
             internal: &mut internal,
         };
         Node::open(node_config, &mut sio)
@@ -244,6 +276,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         senders,
         links,
         figures,
+        replicas,
         internal,
         node,
         refused_shutting_down: 0,
@@ -254,11 +287,38 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     let stop_accepting = Rc::new(Cell::new(None::<std::os::fd::RawFd>));
     let mut root = (shard == 0).then(|| {
         let client = ((state.io.random() as u128) << 64 | state.io.random() as u128) | 1;
-        RootSetup::new(shared.root.clone(), client)
+        RootSetup::new(shared.root.clone(), client, shared.cluster.is_some())
     });
     if shard == 0 {
         if let Some(listener) = shared.http_listener.lock().expect("no panic holding it").take() {
             serve_metrics(listener, shared.clone());
+        }
+        if let Some(plane) = &shared.cluster {
+            if let Some(listener) = plane.listener.lock().expect("no panic holding it").take() {
+                let (replicas, senders) = (state.replicas.clone(), state.senders.clone());
+                let mut random = state.io.random();
+                accept_links(
+                    listener,
+                    Rc::new(plane.identity.clone()),
+                    plane.health.clone(),
+                    move || {
+                        random = random.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                        random ^ (random >> 29).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+                    },
+                    move |target, socket, peer| {
+                        let target = target as usize % shard_count;
+                        if target == 0 {
+                            replicas.serve_inbound(socket, peer);
+                        } else {
+                            let senders = senders.clone();
+                            glommio::spawn_local(async move {
+                                let _ = senders.send_to(target, ShardMail::ReplicaLink { socket, peer }).await;
+                            })
+                            .detach();
+                        }
+                    },
+                );
+            }
         }
     }
     let mut accepting = false;
@@ -270,6 +330,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         while handled < INPUTS_PER_TURN {
             if let Some(event) = state.io.try_event() {
                 state.on_driver_event(event, &phase);
+            } else if let Some(frame) = state.replicas.try_inbound() {
+                with_node!(state, |node, sio| node.on_replica_frame(&mut sio, frame));
+                state.drain_node_events();
             } else if let Some(mail) = inbox.pop() {
                 match mail {
                     ShardMail::Node(message) => with_node!(state, |node, sio| node.on_shard_message(&mut sio, message)),
@@ -278,6 +341,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                     }
                     // Shutting down: the connection is closed as it is dropped.
                     ShardMail::Accepted(_) => {}
+                    ShardMail::ReplicaLink { socket, peer } => state.replicas.serve_inbound(socket, peer),
                 }
                 state.drain_node_events();
             } else {
@@ -287,6 +351,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         }
         state.drive_root(&mut root, false)?;
         if let Some(fatal) = state.fatal.take() {
+            return Err(fatal);
+        }
+        if let Some(fatal) = shared.cluster.as_ref().and_then(|plane| plane.health.fatal()) {
             return Err(fatal);
         }
         let now = state.io.now();
@@ -311,7 +378,10 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                 tracing::info!("accepting clients");
             }
             if ticks.is_multiple_of(PUBLISH_TICKS) {
-                state.publish(&shared.stats);
+                state.publish(&shared);
+            }
+            if shard == 0 && ticks.is_multiple_of(QUORUM_LOG_TICKS) {
+                state.log_quorum_wait(&shared);
             }
             match phase {
                 Phase::Running if shared.shutdown.load(Ordering::SeqCst) => {
@@ -350,7 +420,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                         if state.io.in_flight() != 0 {
                             tracing::warn!(shard, in_flight = state.io.in_flight(), "I/O still in flight at exit");
                         }
-                        state.publish(&shared.stats);
+                        state.publish(&shared);
                         tracing::info!(shard, refused = state.refused_shutting_down, "shard stopped");
                         return Ok(());
                     }
@@ -366,8 +436,15 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         }
         let wait = Duration::from_nanos(next_tick - now);
         let io = &state.io;
-        futures_lite::future::or(io.wait_event(), futures_lite::future::or(inbox.wait(), glommio::timer::sleep(wait)))
-            .await;
+        let replicas = state.replicas.clone();
+        futures_lite::future::or(
+            io.wait_event(),
+            futures_lite::future::or(
+                replicas.wait_inbound(),
+                futures_lite::future::or(inbox.wait(), glommio::timer::sleep(wait)),
+            ),
+        )
+        .await;
     }
 }
 
@@ -501,6 +578,11 @@ impl ShardState {
             return Ok(());
         };
         let mut frames = if tick { setup.step(&self.node) } else { Vec::new() };
+        if std::mem::take(&mut setup.reconnect) && setup.connection_open {
+            setup.connection_open = false;
+            with_node!(self, |node, sio| node.on_connection_closed(&mut sio, INTERNAL_CONNECTION));
+            self.drain_node_events();
+        }
         loop {
             for reply in std::mem::take(&mut self.internal) {
                 frames.extend(setup.on_reply(&reply));
@@ -526,7 +608,35 @@ impl ShardState {
         result.map_err(|reason| format!("setting the root credentials: {reason}"))
     }
 
-    fn publish(&mut self, stats: &AllStats) {
+    /// A cluster node whose metadata group has no quorum says so, and which peers it reaches.
+    fn log_quorum_wait(&self, shared: &ServerShared) {
+        let Some(plane) = &shared.cluster else { return };
+        let Some(metadata) = self.node.shard().metadata() else { return };
+        if metadata.status() == vireo_protocol::Status::Normal {
+            return;
+        }
+        let count = plane.identity.replica_count as usize;
+        let up = self.replicas.peers_up();
+        let quorum = count / 2 + 1;
+        tracing::warn!(
+            status = ?metadata.status(),
+            view = metadata.view(),
+            linked = ?up,
+            "waiting for a quorum: {} of the {} nodes it needs are reachable (this one and {} peers)",
+            1 + up.len(),
+            quorum,
+            up.len()
+        );
+    }
+
+    fn publish(&mut self, shared: &ServerShared) {
+        let stats = &shared.stats;
+        self.figures.links = self.replicas.counters();
+        if let (0, Some(plane)) = (self.shard, &shared.cluster) {
+            self.figures.peers_linked = self.replicas.peers_up().len() as u64;
+            self.figures.replica_auth_refused = plane.health.auth_refused.load(Ordering::Relaxed);
+            self.figures.replica_roster_refused = plane.health.roster_refused.load(Ordering::Relaxed);
+        }
         let figures = &mut self.figures;
         figures.net = self.io.net_counters();
         figures.node = self.node.counters;

@@ -1245,7 +1245,7 @@ impl StreamingCluster {
                     | ShardMessage::ToConnection { frame: bytes, .. } => checksum64(bytes),
                     ShardMessage::Metadata(view) => view.op,
                     ShardMessage::Read(read) => read.connection ^ read.request.request,
-                    ShardMessage::Figures { shard, figures } => (*shard as u64) << 32 | figures.len() as u64,
+                    ShardMessage::Figures { shard, figures, .. } => (*shard as u64) << 32 | figures.len() as u64,
                 };
                 self.hash(&[7, node as u64, shard as u64, digest]);
                 with_node!(self, node, shard, |target, io| target.on_shard_message(&mut io, message));
