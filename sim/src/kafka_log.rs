@@ -122,6 +122,11 @@ pub enum Anomaly {
     )]
     LostWrite { partition: PartitionKey, offset: u64, value: u128, known_from: Source, final_len: u64 },
     #[error(
+        "lost write: value {value:#x} of producer {producer}, acknowledged to {partition} without an offset, is {}",
+        match found { Some((partition, offset)) => format!("at offset {offset} of {partition} instead"), None => "in no poll and not in the final read".to_string() }
+    )]
+    LostUnplacedWrite { partition: PartitionKey, value: u128, producer: u64, found: Option<(PartitionKey, u64)> },
+    #[error(
         "duplicate: value {value:#x} is at offset {first_offset} of {first_partition} (per {first_source}) and at offset {second_offset} of {second_partition} (per {second_source})"
     )]
     Duplicate {
@@ -274,6 +279,8 @@ pub struct KafkaLogChecker {
     /// Skips at the head of a poll, allowed only if the final read starts at or past them:
     /// (reader, partition, expected, returned).
     head_skips: Vec<(Reader, PartitionKey, u64, u64)>,
+    /// Acks without offsets, placed by `place_unplaced_acks`: (producer, partition, values).
+    unplaced: Vec<(u64, PartitionKey, Vec<u128>)>,
     summary: CheckSummary,
 }
 
@@ -294,6 +301,7 @@ impl KafkaLogChecker {
             retention: false,
             late_commits: HashMap::new(),
             head_skips: Vec::new(),
+            unplaced: Vec::new(),
             summary: CheckSummary::default(),
         }
     }
@@ -359,6 +367,52 @@ impl KafkaLogChecker {
             }
             let send = record.send;
             self.check_send_order(producer, partition, send, offset, value)?;
+        }
+        Ok(())
+    }
+
+    /// The server acknowledged a batch to `partition` without saying where (Iggy's send_messages
+    /// answers an empty body). The values are placed where the polls and the final reads found
+    /// them (`place_unplaced_acks`, after the final reads): missing or elsewhere is a lost write,
+    /// and their offsets must keep the producer's order like any ack's.
+    pub fn send_acked_unplaced(
+        &mut self,
+        producer: u64,
+        partition: PartitionKey,
+        values: &[u128],
+    ) -> Result<(), Anomaly> {
+        self.send_outcome(producer, values, SendOutcome::Acked);
+        self.summary.sends_acked += 1;
+        for value in values {
+            let record = self.values.get_mut(value).expect("checked by send_outcome");
+            if !record.acked {
+                record.acked = true;
+                self.summary.values_acked += 1;
+            }
+        }
+        self.unplaced.push((producer, partition, values.to_vec()));
+        Ok(())
+    }
+
+    /// Places the acks `send_acked_unplaced` took at the offsets the observations found their
+    /// values at. Call once every partition had its final read, before `finish`.
+    pub fn place_unplaced_acks(&mut self) -> Result<(), Anomaly> {
+        for (producer, partition, values) in std::mem::take(&mut self.unplaced) {
+            for value in values {
+                let record = &self.values[&value];
+                let send = record.send;
+                match record.place {
+                    Some((at, offset, _)) if at == partition => {
+                        let entry = self.partitions.get_mut(&partition).expect("observed").offsets.get_mut(&offset);
+                        entry.expect("observed").acked = true;
+                        self.check_send_order(producer, partition, send, offset, value)?;
+                    }
+                    place => {
+                        let found = place.map(|(partition, offset, _)| (partition, offset));
+                        return Err(Anomaly::LostUnplacedWrite { partition, value, producer, found });
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -562,6 +616,7 @@ impl KafkaLogChecker {
     /// The end-of-history checks: lost writes, then unseen values. Every partition observed must
     /// have had its final read.
     pub fn finish(&self) -> Result<CheckSummary, Anomaly> {
+        assert!(self.unplaced.is_empty(), "place_unplaced_acks comes before finish");
         for (partition, record) in &self.partitions {
             let final_len =
                 record.final_len.unwrap_or_else(|| panic!("{partition} was observed but never read at the end"));
@@ -668,6 +723,49 @@ mod tests {
 
     fn at(base: u64, values: &[u128]) -> Vec<(u64, u128)> {
         values.iter().enumerate().map(|(index, value)| (base + index as u64, *value)).collect()
+    }
+
+    /// Producer sends `values` and the server acknowledges them without an offset.
+    fn produce_unplaced(checker: &mut KafkaLogChecker, producer: u64, partition: PartitionKey, values: &[u128]) {
+        checker.send_invoked(producer, values).unwrap();
+        checker.send_acked_unplaced(producer, partition, values).unwrap();
+    }
+
+    #[test]
+    fn acks_without_offsets_are_placed_where_the_reads_found_them() {
+        let mut checker = KafkaLogChecker::new();
+        produce_unplaced(&mut checker, 1, P0, &[10, 11]);
+        produce_unplaced(&mut checker, 2, P0, &[20]);
+        produce_unplaced(&mut checker, 1, P0, &[12]);
+        checker.polled(100, P0, 0, &at(0, &[10, 20])).unwrap();
+        checker.final_read(P0, 0, &at(0, &[10, 20, 11, 12])).unwrap();
+        checker.place_unplaced_acks().unwrap();
+        assert_eq!(checker.finish().unwrap().values_acked, 4);
+    }
+
+    #[test]
+    fn an_ack_without_an_offset_missing_from_every_read_is_a_lost_write() {
+        let mut checker = KafkaLogChecker::new();
+        produce_unplaced(&mut checker, 1, P0, &[10, 11]);
+        checker.final_read(P0, 0, &at(0, &[10])).unwrap();
+        let anomaly = checker.place_unplaced_acks().unwrap_err();
+        assert_eq!(anomaly, Anomaly::LostUnplacedWrite { partition: P0, value: 11, producer: 1, found: None });
+        // Found in another partition is lost from the one it was acknowledged to.
+        let mut checker = KafkaLogChecker::new();
+        produce_unplaced(&mut checker, 1, P0, &[10]);
+        checker.final_read(P0, 0, &[]).unwrap();
+        checker.final_read(P1, 0, &at(0, &[10])).unwrap();
+        let anomaly = checker.place_unplaced_acks().unwrap_err();
+        assert_eq!(anomaly, Anomaly::LostUnplacedWrite { partition: P0, value: 10, producer: 1, found: Some((P1, 0)) });
+    }
+
+    #[test]
+    fn acks_without_offsets_found_out_of_the_producers_order_are_a_nonmonotonic_send() {
+        let mut checker = KafkaLogChecker::new();
+        produce_unplaced(&mut checker, 1, P0, &[10]);
+        produce_unplaced(&mut checker, 1, P0, &[11]);
+        checker.final_read(P0, 0, &at(0, &[11, 10])).unwrap();
+        assert!(matches!(checker.place_unplaced_acks(), Err(Anomaly::NonmonotonicSend { .. })));
     }
 
     /// Three producers, three partitions over two streams, consumers with resets and

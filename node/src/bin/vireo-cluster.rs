@@ -26,7 +26,7 @@ struct Args {
     /// Where the configs, logs and each node's data directory (DIR/node-N/) go.
     #[arg(long, default_value = "local_cluster")]
     dir: PathBuf,
-    /// Shards (cores) per node: each node's system.sharding.cpu_allocation.
+    /// Shards (cores) per node; the nodes take the machine's cores in turn.
     #[arg(long, default_value_t = 1)]
     shards: u16,
     /// Delete DIR first.
@@ -93,14 +93,21 @@ fn write_configs(args: &Args, dir: &Path) -> Result<Vec<NodePlan>, String> {
             ports[3 * index + 1]
         ));
     }
+    let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+    let shards = (args.shards as usize).clamp(1, cores);
     let mut plans = Vec::new();
     for index in 0..count {
+        // The nodes' shards spread over the cores, so that one machine's nodes do not all share
+        // the first ones.
+        let first = (index * shards) % cores;
+        let cpus =
+            if first + shards <= cores { format!("{first}..{}", first + shards) } else { format!("0..{shards}") };
         let data = dir.join(format!("node-{index}"));
         let text = format!(
             "# node {index} of the local cluster `{name}` (written by vireo-cluster)\n[system]\npath = \"{}\"\n\n[system.sharding]\ncpu_allocation = \"{shards}\"\n\n[http]\naddress = \"127.0.0.1:{http}\"\n\n[cluster]\nenabled = true\nname = \"{name}\"\nreplica_id = {index}\n{roster}\n[cluster.auth]\nsecret = \"{secret}\"\n",
             data.display(),
             name = args.name,
-            shards = args.shards,
+            shards = cpus,
             http = ports[3 * index + 2],
         );
         let config = dir.join(format!("node-{index}.toml"));

@@ -140,6 +140,25 @@ impl Server {
         }
     }
 
+    /// Waits (bounded) for the process to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut()?.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
+    }
+
     /// The `/metrics` text.
     pub fn metrics(&self) -> String {
         use std::io::Write;
