@@ -47,6 +47,6 @@ cargo build --release -p vireo-sim
 grep -qx "$seeds passed, 0 failed" target/sweep.txt
 
 step "streaming simulator sweep (whole clusters: nodes x shards, metadata and partition groups)"
-streaming_seeds="${VIREO_STREAMING_SEEDS:-1000}"
+streaming_seeds="${VIREO_STREAMING_SEEDS:-700}"
 ./target/release/vireo-sim sweep --seeds "$streaming_seeds" --workload streaming | tee target/sweep-streaming.txt
 grep -qx "$streaming_seeds passed, 0 failed" target/sweep-streaming.txt

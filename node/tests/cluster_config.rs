@@ -89,3 +89,22 @@ async fn a_node_whose_roster_differs_stops_with_one_line() {
     };
     tokio::time::timeout(Duration::from_secs(120), run).await.expect("bounded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_alone_waits_for_a_quorum_and_says_so() {
+    let run = async {
+        let mut cluster = Cluster::new("cluster-alone", 3).await;
+        cluster.start(2);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes[2].server.as_ref().unwrap().output().contains("waiting for a quorum") {
+            assert!(Instant::now() < deadline, "node 2 alone never said it waits for a quorum");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let line = cluster.nodes[2].server.as_ref().unwrap().output();
+        println!("{}", line.lines().find(|line| line.contains("waiting for a quorum")).unwrap());
+        // A second node makes a quorum, whatever the order they start in.
+        cluster.start(0);
+        create_topic(&[cluster.addresses()[2], cluster.addresses()[0]], false).await;
+    };
+    tokio::time::timeout(Duration::from_secs(120), run).await.expect("bounded");
+}

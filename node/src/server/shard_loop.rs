@@ -612,12 +612,13 @@ impl ShardState {
     fn log_quorum_wait(&self, shared: &ServerShared) {
         let Some(plane) = &shared.cluster else { return };
         let Some(metadata) = self.node.shard().metadata() else { return };
-        if metadata.status() == vireo_protocol::Status::Normal {
-            return;
-        }
         let count = plane.identity.replica_count as usize;
         let up = self.replicas.peers_up();
         let quorum = count / 2 + 1;
+        // A primary alone is in normal status too, and commits nothing: the links say it.
+        if metadata.status() == vireo_protocol::Status::Normal && 1 + up.len() >= quorum {
+            return;
+        }
         tracing::warn!(
             status = ?metadata.status(),
             view = metadata.view(),

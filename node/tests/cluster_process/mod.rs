@@ -298,7 +298,8 @@ fn key(partition: u32) -> PartitionKey {
 pub struct Workload {
     pub checker: Arc<Mutex<KafkaLogChecker>>,
     pub anomaly: Arc<Mutex<Option<String>>>,
-    pub acked_at: Arc<Mutex<Vec<Instant>>>,
+    /// When each acknowledged send came back, and to which partition.
+    pub acked_at: Arc<Mutex<Vec<(u32, Instant)>>>,
     pub stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     pub started: Instant,
@@ -391,14 +392,19 @@ impl Workload {
         checker.finish().map_err(|anomaly| anomaly.to_string())
     }
 
-    /// The longest wait from each fault's instant to the next acknowledged send.
+    /// The longest wait, over the faults and the partitions, from a fault's instant to the
+    /// partition's next acknowledged send (a partition whose primary the fault did not touch
+    /// may go on at once; one whose primary it took waits for a view change).
     pub fn unavailability_after(&self, faults: &[Instant]) -> Duration {
         let acked = self.acked_at.lock().unwrap();
-        faults
-            .iter()
-            .map(|fault| acked.iter().find(|at| *at > fault).map_or(Duration::MAX, |at| at.duration_since(*fault)))
-            .max()
-            .unwrap_or_default()
+        let mut worst = Duration::ZERO;
+        for fault in faults {
+            for partition in 0..PARTITIONS {
+                let next = acked.iter().find(|(of, at)| *of == partition && at > fault);
+                worst = worst.max(next.map_or(Duration::MAX, |(_, at)| at.duration_since(*fault)));
+            }
+        }
+        worst
     }
 }
 
@@ -408,12 +414,25 @@ fn record(anomaly: &Mutex<Option<String>>, result: Result<(), vireo_sim::kafka_l
     }
 }
 
+/// A client on the next node in turn; `None` (after a pause) when it does not answer.
+async fn reconnect(addresses: &[SocketAddr], attempt: &mut usize) -> Option<IggyClient> {
+    *attempt += 1;
+    let address = addresses[*attempt % addresses.len()];
+    match tokio::time::timeout(Duration::from_secs(5), connect(address)).await {
+        Ok(Ok(connected)) => Some(connected),
+        _ => {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
+        }
+    }
+}
+
 async fn produce(
     addresses: Vec<SocketAddr>,
     producer: u64,
     checker: Arc<Mutex<KafkaLogChecker>>,
     anomaly: Arc<Mutex<Option<String>>>,
-    acked_at: Arc<Mutex<Vec<Instant>>>,
+    acked_at: Arc<Mutex<Vec<(u32, Instant)>>>,
     stop: Arc<AtomicBool>,
 ) {
     let partition = (producer % PARTITIONS as u64) as u32;
@@ -422,14 +441,9 @@ async fn produce(
     let mut client = None;
     while !stop.load(Ordering::SeqCst) {
         if client.is_none() {
-            attempt += 1;
-            let address = addresses[attempt % addresses.len()];
-            match tokio::time::timeout(Duration::from_secs(5), connect(address)).await {
-                Ok(Ok(connected)) => client = Some(connected),
-                _ => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            client = reconnect(&addresses, &mut attempt).await;
+            if client.is_none() {
+                continue;
             }
         }
         let values: Vec<u128> =
@@ -450,7 +464,7 @@ async fn produce(
         .await;
         match sent {
             Ok(Ok(_)) => {
-                acked_at.lock().unwrap().push(Instant::now());
+                acked_at.lock().unwrap().push((partition, Instant::now()));
                 record(&anomaly, checker.lock().unwrap().send_acked_unplaced(producer, key(partition), &values));
             }
             // Timed out, refused or cut off: written or not, nobody knows. Never sent again (a
@@ -488,14 +502,9 @@ async fn consume(
     let mut client = None;
     while !stop.load(Ordering::SeqCst) {
         if client.is_none() {
-            attempt += 1;
-            let address = addresses[attempt % addresses.len()];
-            match tokio::time::timeout(Duration::from_secs(5), connect(address)).await {
-                Ok(Ok(connected)) => client = Some(connected),
-                _ => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
+            client = reconnect(&addresses, &mut attempt).await;
+            if client.is_none() {
+                continue;
             }
         }
         let polled = tokio::time::timeout(
