@@ -108,3 +108,100 @@ async fn a_node_started_alone_waits_for_a_quorum_and_says_so() {
     };
     tokio::time::timeout(Duration::from_secs(120), run).await.expect("bounded");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_sets_the_same_root_credentials_at_first_boot_and_a_generated_one_is_refused() {
+    let run = async {
+        let mut cluster = Cluster::new("cluster-root", 3).await;
+        let credentials = [("VIREO_ROOT_USERNAME", "admin"), ("VIREO_ROOT_PASSWORD", "cluster-root-password")];
+        for node in 0..3 {
+            cluster.start_node(node, &credentials, &[]);
+        }
+        // Every node's shard 0 tries the change; one commits it, the others see it and accept.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for address in cluster.addresses() {
+            loop {
+                let login = async {
+                    let client = iggy::prelude::IggyClient::builder()
+                        .with_tcp()
+                        .with_server_address(address.to_string())
+                        .with_reconnection_max_retries(Some(0))
+                        .build()?;
+                    iggy::prelude::Client::connect(&client).await?;
+                    iggy::prelude::UserClient::login_user(&client, "admin", "cluster-root-password").await?;
+                    let refused = iggy::prelude::UserClient::login_user(&client, "iggy", "iggy").await.is_err();
+                    Ok::<_, iggy::prelude::IggyError>(refused)
+                };
+                match tokio::time::timeout(Duration::from_secs(5), login).await {
+                    Ok(Ok(default_refused)) => {
+                        assert!(default_refused, "{address}: the default credentials still log in");
+                        break;
+                    }
+                    other => {
+                        assert!(Instant::now() < deadline, "{address}: no login with the set credentials: {other:?}");
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                }
+            }
+        }
+        for node in 0..3 {
+            assert!(cluster.nodes[node].server.as_mut().unwrap().is_running(), "node {node} stopped");
+        }
+        // Without credentials a cluster node refuses to start: each would generate its own.
+        let (status, stderr) = server_process::run_to_exit(
+            &["--config", cluster.nodes[0].config.to_str().unwrap(), "--replica-id", "0"],
+            &[("VIREO_SYSTEM_PATH", server_process::data_dir("cluster-root-none").to_str().unwrap())],
+        );
+        assert!(!status.success());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("VIREO_ROOT_USERNAME and VIREO_ROOT_PASSWORD"), "{stderr}");
+    };
+    tokio::time::timeout(Duration::from_secs(120), run).await.expect("bounded");
+}
+
+#[test]
+fn vireo_cluster_starts_three_nodes_that_serve_and_stops_them_on_sigterm() {
+    use std::io::BufRead;
+    let dir = server_process::data_dir("vireo-cluster-run");
+    let mut launcher = std::process::Command::new(cluster_process::CLUSTER)
+        .args(["--nodes", "3", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("vireo-cluster starts");
+    let mut lines = std::io::BufReader::new(launcher.stdout.take().unwrap()).lines();
+    let mut addresses = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("node ") {
+            let address = rest.split("clients ").nth(1).unwrap().split(',').next().unwrap();
+            addresses.push(address.parse::<std::net::SocketAddr>().unwrap());
+        }
+        if line.ends_with("Ctrl-C stops them") {
+            break;
+        }
+    }
+    assert_eq!(addresses.len(), 3);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(90), create_topic(&addresses, false)).await.expect("bounded")
+    });
+    // SAFETY: kill(2) on this test's child.
+    unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = launcher.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "vireo-cluster did not stop its nodes");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(status.success(), "{status:?}: {rest:?}");
+    assert_eq!(rest.last().map(String::as_str), Some("stopped"));
+    for node in 0..3 {
+        let log = std::fs::read_to_string(dir.join(format!("node-{node}.log"))).unwrap();
+        assert!(log.contains("vireo-server stopped"), "node {node} did not stop gracefully: {log}");
+    }
+}

@@ -110,20 +110,16 @@ impl Cluster {
     }
 
     pub fn start(&mut self, index: usize) {
-        let node = &mut self.nodes[index];
-        let listen = node.replica_listen.to_string();
-        let config = node.config.to_string_lossy().to_string();
-        let replica = index.to_string();
-        let server = Server::start_with(
-            &node.data,
-            &[("VIREO_CONFIG_PATH", config.as_str()), ("VIREO_CLUSTER_REPLICA_LISTEN_ADDRESS", listen.as_str())],
-            &["--replica-id", &replica, "--with-default-root-credentials"],
-        );
-        node.server = Some(server);
+        self.start_node(index, &[], &["--with-default-root-credentials"]);
     }
 
     /// Starts node `index` with more `VIREO_` variables (a wrong secret, another roster).
     pub fn start_with_env(&mut self, index: usize, env: &[(&str, &str)]) {
+        self.start_node(index, env, &["--with-default-root-credentials"]);
+    }
+
+    /// Starts node `index` with `env` and `flags` besides its config and replica id.
+    pub fn start_node(&mut self, index: usize, env: &[(&str, &str)], flags: &[&str]) {
         let node = &mut self.nodes[index];
         let listen = node.replica_listen.to_string();
         let config = node.config.to_string_lossy().to_string();
@@ -131,8 +127,9 @@ impl Cluster {
         let mut all =
             vec![("VIREO_CONFIG_PATH", config.as_str()), ("VIREO_CLUSTER_REPLICA_LISTEN_ADDRESS", listen.as_str())];
         all.extend_from_slice(env);
-        node.server =
-            Some(Server::start_with(&node.data, &all, &["--replica-id", &replica, "--with-default-root-credentials"]));
+        let mut args = vec!["--replica-id", replica.as_str()];
+        args.extend_from_slice(flags);
+        node.server = Some(Server::start_with(&node.data, &all, &args));
     }
 
     /// Where the roster says node `index` takes its peers' links (its proxy).
