@@ -33,7 +33,7 @@ async fn a_peer_without_the_shared_secret_is_refused_and_counted() {
             hello[24] = 1;
             hello[25] = 3;
             stream.write_all(&hello).unwrap();
-            let mut verdict = [0u8; 56];
+            let mut verdict = [0u8; 64];
             stream.read_exact(&mut verdict).unwrap();
             let mut rest = Vec::new();
             let _ = stream.read_to_end(&mut rest);

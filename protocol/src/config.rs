@@ -137,6 +137,13 @@ pub struct Config {
     /// its writes have completed, so it survives the process being killed (the bytes are in the
     /// kernel) but not a power loss. The superblock and checkpoints are synced either way.
     pub sync_writes: bool,
+    /// The replica's storage may have been lost since it last ran (a node restarted with an empty
+    /// data directory while its cluster has history): a replica that formats finds itself
+    /// *rejoining* and casts no do_view_change vote and sends no nack until it has caught up to
+    /// the commit its view's primary announces. It may have acknowledged prepares it no longer
+    /// holds: a vote or a nack from it could let a view change or a repair drop them. Off when the
+    /// cluster is known to be new (a first boot), where every replica formats.
+    pub rejoin_guard: bool,
     pub bug: Option<Bug>,
 }
 
@@ -166,6 +173,7 @@ impl Config {
             repair_timeout_ticks: 10,
             request_start_view_timeout_ticks: 30,
             sync_writes: true,
+            rejoin_guard: false,
             bug: None,
         }
     }

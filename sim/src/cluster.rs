@@ -399,6 +399,7 @@ impl Cluster {
                     ReplicaEvent::LogTruncated { op, sequence } => {
                         format!("r{index} truncated its log below op={op} (start_view sequence {sequence})")
                     }
+                    ReplicaEvent::Rejoined { commit } => format!("r{index} rejoined at commit={commit}"),
                     ReplicaEvent::Wiping => format!("r{index} wiping an earlier incarnation's files"),
                     ReplicaEvent::Superseded => format!("r{index} superseded by a newer incarnation"),
                     ReplicaEvent::Failed { .. } => unreachable!("handled above"),

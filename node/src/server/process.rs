@@ -252,7 +252,7 @@ fn cluster_id(config: &ServerConfig) -> u128 {
 }
 
 /// A cluster node's replica plane: the replica listener, bound, and where its peers listen.
-fn cluster_plane(config: &ServerConfig) -> Result<Option<ClusterPlane>, String> {
+fn cluster_plane(config: &ServerConfig, empty_data_directory: bool) -> Result<Option<ClusterPlane>, String> {
     if !config.cluster.enabled || config.cluster.nodes.len() < 2 {
         return Ok(None);
     }
@@ -277,7 +277,7 @@ fn cluster_plane(config: &ServerConfig) -> Result<Option<ClusterPlane>, String> 
         identity,
         peers,
         listener: Mutex::new(Some(listener)),
-        health: Arc::new(ClusterHealth::new(config.replica_count())),
+        health: Arc::new(ClusterHealth::new(config.replica_count(), empty_data_directory)),
     }))
 }
 
@@ -312,6 +312,8 @@ fn run(args: Args) -> Result<(), String> {
         std::fs::remove_dir_all(&data)
             .map_err(|error| format!("--fresh: cannot delete {}: {error}", data.display()))?;
     }
+    // Nothing of the metadata group's: a first boot, or a node that lost its disk.
+    let empty_data_directory = !data.join("metadata").exists();
     std::fs::create_dir_all(&data)
         .map_err(|error| format!("key `system.path`: cannot create {}: {error}", data.display()))?;
     let _lock = lock_data_directory(&data)?;
@@ -334,7 +336,7 @@ fn run(args: Args) -> Result<(), String> {
     } else {
         None
     };
-    let cluster = cluster_plane(&config)?;
+    let cluster = cluster_plane(&config, empty_data_directory)?;
     let open_files = raise_open_files_limit();
     let current = data.join("runtime").join("current_config.toml");
     std::fs::write(&current, config.to_toml_without_secrets())
@@ -386,6 +388,7 @@ fn run(args: Args) -> Result<(), String> {
         root,
         seed,
         cluster,
+        empty_data_directory,
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;
     let results = run_shards(&cpus, capacity, move |context| {

@@ -14,7 +14,10 @@
 //!    replica_count u8, shard u16, 4 zero bytes, roster hash u64, nonce [24], then
 //!    `blake3::keyed_hash(key, "hello" | challenge nonce | the 64 bytes before)`.
 //! 3. listener -> dialer, `VERDICT_SIZE` bytes: magic `VIREO-V1`, verdict u8, 7 zero bytes,
-//!    roster hash u64, then `keyed_hash(key, "verdict" | hello nonce | the 24 bytes before)`.
+//!    roster hash u64, the listener's metadata commit u64 (`HISTORY_UNKNOWN` while its metadata
+//!    group is still opening), then `keyed_hash(key, "verdict" | hello nonce | the 32 bytes
+//!    before)`. A node that starts with an empty data directory waits for one such commit: any
+//!    above 0 means the cluster has history, so it rejoins (`Config::rejoin_guard`).
 //!
 //! The key is `blake3::derive_key(KEY_CONTEXT, secret)`. Each side proves it holds the key over
 //! the other's fresh nonce, so a recorded handshake cannot be replayed and neither side talks to
@@ -51,7 +54,9 @@ use vireo_protocol::header::FRAME_SIZE_MAX;
 const KEY_CONTEXT: &str = "vireo 2026-12 replica link key";
 pub const CHALLENGE_SIZE: usize = 48;
 pub const HELLO_SIZE: usize = 96;
-pub const VERDICT_SIZE: usize = 56;
+pub const VERDICT_SIZE: usize = 64;
+/// A listener's metadata commit while its metadata group has not opened yet.
+pub const HISTORY_UNKNOWN: u64 = u64::MAX;
 const MAGIC_CHALLENGE: &[u8; 8] = b"VIREO-C1";
 const MAGIC_HELLO: &[u8; 8] = b"VIREO-H1";
 const MAGIC_VERDICT: &[u8; 8] = b"VIREO-V1";
@@ -190,27 +195,29 @@ impl LinkIdentity {
         (verdict, replica, shard)
     }
 
-    pub fn verdict(&self, verdict: Verdict, hello: &[u8]) -> [u8; VERDICT_SIZE] {
+    pub fn verdict(&self, verdict: Verdict, hello: &[u8], metadata_commit: u64) -> [u8; VERDICT_SIZE] {
         let mut out = [0u8; VERDICT_SIZE];
         out[..8].copy_from_slice(MAGIC_VERDICT);
         out[8] = verdict as u8;
         out[16..24].copy_from_slice(&self.roster_hash.to_le_bytes());
+        out[24..32].copy_from_slice(&metadata_commit.to_le_bytes());
         let nonce = hello.get(40..64).unwrap_or(&[]);
-        let mac = self.mac(b"verdict", nonce, &out[..24]);
-        out[24..].copy_from_slice(&mac);
+        let mac = self.mac(b"verdict", nonce, &out[..32]);
+        out[32..].copy_from_slice(&mac);
         out
     }
 
-    /// The dialer's reading of the listener's verdict; `None` when it is not authentic (the
-    /// listener does not hold the key).
-    pub fn read_verdict(&self, hello: &[u8], verdict: &[u8]) -> Option<Verdict> {
+    /// The dialer's reading of the listener's verdict and metadata commit; `None` when it is
+    /// not authentic (the listener does not hold the key).
+    pub fn read_verdict(&self, hello: &[u8], verdict: &[u8]) -> Option<(Verdict, u64)> {
         if verdict.len() != VERDICT_SIZE || &verdict[..8] != MAGIC_VERDICT {
             return None;
         }
-        if !self.verify(b"verdict", &hello[40..64], &verdict[..24], &verdict[24..]) {
+        if !self.verify(b"verdict", &hello[40..64], &verdict[..32], &verdict[32..]) {
             return None;
         }
-        Verdict::from_byte(verdict[8])
+        let commit = u64::from_le_bytes(verdict[24..32].try_into().expect("8 bytes"));
+        Some((Verdict::from_byte(verdict[8])?, commit))
     }
 }
 
@@ -223,12 +230,19 @@ pub struct ClusterHealth {
     pub roster_refused: AtomicU64,
     pub handshakes_failed: AtomicU64,
     pub links_up: AtomicU64,
+    /// This node's metadata commit, as its verdicts tell dialers (`HISTORY_UNKNOWN` until its
+    /// metadata group opened; 0 from the start for an empty data directory).
+    pub metadata_commit: AtomicU64,
+    /// The metadata commits peers' verdicts reported, by peer (known ones only).
+    peer_commits: Mutex<std::collections::BTreeMap<u8, u64>>,
     fatal: Mutex<Option<String>>,
 }
 
 impl ClusterHealth {
-    pub fn new(replica_count: u8) -> ClusterHealth {
+    pub fn new(replica_count: u8, empty_data_directory: bool) -> ClusterHealth {
         ClusterHealth {
+            metadata_commit: AtomicU64::new(if empty_data_directory { 0 } else { HISTORY_UNKNOWN }),
+            peer_commits: Mutex::new(std::collections::BTreeMap::new()),
             replica_count,
             roster_refusals: Mutex::new(BTreeSet::new()),
             auth_refused: AtomicU64::new(0),
@@ -261,6 +275,12 @@ impl ClusterHealth {
 
     fn roster_agrees(&self, peer: u8) {
         self.roster_refusals.lock().expect("no panic holding it").remove(&peer);
+    }
+
+    /// The highest metadata commit a peer reported, and which peer: `None` until one did.
+    pub fn cluster_history(&self) -> Option<(u64, u8)> {
+        let commits = self.peer_commits.lock().expect("no panic holding it");
+        commits.iter().map(|(peer, commit)| (*commit, *peer)).max()
     }
 
     /// Why the node must stop, once a quorum refused its roster.
@@ -526,11 +546,14 @@ impl Dial {
                     self.health.auth_refused.fetch_add(1, Ordering::Relaxed);
                     Err("the peer's answer is not authenticated: it does not hold this cluster's secret".to_string())
                 }
-                Some(Verdict::Accepted) => {
+                Some((Verdict::Accepted, commit)) => {
                     self.health.roster_agrees(self.replica);
+                    if commit != HISTORY_UNKNOWN {
+                        self.health.peer_commits.lock().expect("no panic holding it").insert(self.replica, commit);
+                    }
                     Ok(stream)
                 }
-                Some(verdict) => {
+                Some((verdict, _)) => {
                     match verdict {
                         Verdict::RosterDiffers => self.health.roster_differs(self.replica),
                         Verdict::NotAuthenticated => {
@@ -623,7 +646,7 @@ pub fn accept_links(
                 let _permit = permit;
                 let address = stream.peer_addr().ok();
                 let outcome = glommio::timer::timeout(HANDSHAKE_TIMEOUT, async {
-                    Ok(challenge_dialer(stream, &identity, &nonce).await)
+                    Ok(challenge_dialer(stream, &identity, &health, &nonce).await)
                 })
                 .await;
                 match outcome {
@@ -672,6 +695,7 @@ pub fn accept_links(
 async fn challenge_dialer(
     mut stream: TcpStream,
     identity: &LinkIdentity,
+    health: &ClusterHealth,
     nonce: &[u8; NONCE_SIZE],
 ) -> Result<(TcpStream, u8, u16), (Option<Verdict>, u8)> {
     let _ = stream.set_nodelay(true);
@@ -679,7 +703,7 @@ async fn challenge_dialer(
     let mut hello = [0u8; HELLO_SIZE];
     stream.read_exact(&mut hello).await.map_err(|_| (None, 0))?;
     let (verdict, peer, shard) = identity.judge(nonce, &hello);
-    let answer = identity.verdict(verdict, &hello);
+    let answer = identity.verdict(verdict, &hello, health.metadata_commit.load(Ordering::Relaxed));
     stream.write_all(&answer).await.map_err(|_| (Some(verdict), peer))?;
     if verdict != Verdict::Accepted {
         let _ = stream.close().await;
@@ -706,7 +730,11 @@ mod tests {
         if verdict == Verdict::Accepted {
             assert_eq!((peer, shard), (dialer.replica, 1));
         }
-        (verdict, dialer.read_verdict(&hello, &listener.verdict(verdict, &hello)))
+        let read = dialer.read_verdict(&hello, &listener.verdict(verdict, &hello, 42));
+        if let Some((_, commit)) = read {
+            assert_eq!(commit, 42);
+        }
+        (verdict, read.map(|(verdict, _)| verdict))
     }
 
     #[test]
@@ -743,7 +771,7 @@ mod tests {
 
     #[test]
     fn a_quorum_of_roster_refusals_stops_the_node_and_one_does_not() {
-        let health = ClusterHealth::new(3);
+        let health = ClusterHealth::new(3, false);
         health.roster_differs(1);
         assert_eq!(health.fatal(), None);
         health.roster_agrees(1);

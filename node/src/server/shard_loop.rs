@@ -70,6 +70,9 @@ pub struct ServerShared {
     pub seed: u64,
     /// `None` for a single node.
     pub cluster: Option<ClusterPlane>,
+    /// The data directory held no metadata when the server started: a first boot, or a node
+    /// that lost its disk (a cluster node asks its peers which, `wait_for_cluster_history`).
+    pub empty_data_directory: bool,
 }
 
 /// Requests one connection may have waiting for their replies in the latency table; past it the
@@ -259,6 +262,42 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             ReplicaLinks::start(identity, shard as u16, &plane.peers, plane.health.clone(), || io.random())
         }
     };
+    if shard == 0 {
+        if let Some(plane) = &shared.cluster {
+            if let Some(listener) = plane.listener.lock().expect("no panic holding it").take() {
+                let (replicas, senders) = (replicas.clone(), senders.clone());
+                let mut random = io.random();
+                accept_links(
+                    listener,
+                    Rc::new(plane.identity.clone()),
+                    plane.health.clone(),
+                    move || {
+                        random = random.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                        random ^ (random >> 29).wrapping_mul(0xbf58_476d_1ce4_e5b9)
+                    },
+                    move |target, socket, peer| {
+                        let target = target as usize % shard_count;
+                        if target == 0 {
+                            replicas.serve_inbound(socket, peer);
+                        } else {
+                            let senders = senders.clone();
+                            glommio::spawn_local(async move {
+                                let _ = senders.send_to(target, ShardMail::ReplicaLink { socket, peer }).await;
+                            })
+                            .detach();
+                        }
+                    },
+                );
+            }
+        }
+    }
+    if shared.empty_data_directory {
+        if let Some(plane) = &shared.cluster {
+            let rejoin = wait_for_cluster_history(shard as u16, &plane.health).await?;
+            node_config.shard.metadata.rejoin_guard = rejoin;
+            node_config.shard.partition.rejoin_guard = rejoin;
+        }
+    }
     let node = {
         let mut sio = ServerIo {
             io: &mut io,
@@ -292,33 +331,6 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     if shard == 0 {
         if let Some(listener) = shared.http_listener.lock().expect("no panic holding it").take() {
             serve_metrics(listener, shared.clone());
-        }
-        if let Some(plane) = &shared.cluster {
-            if let Some(listener) = plane.listener.lock().expect("no panic holding it").take() {
-                let (replicas, senders) = (state.replicas.clone(), state.senders.clone());
-                let mut random = state.io.random();
-                accept_links(
-                    listener,
-                    Rc::new(plane.identity.clone()),
-                    plane.health.clone(),
-                    move || {
-                        random = random.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                        random ^ (random >> 29).wrapping_mul(0xbf58_476d_1ce4_e5b9)
-                    },
-                    move |target, socket, peer| {
-                        let target = target as usize % shard_count;
-                        if target == 0 {
-                            replicas.serve_inbound(socket, peer);
-                        } else {
-                            let senders = senders.clone();
-                            glommio::spawn_local(async move {
-                                let _ = senders.send_to(target, ShardMail::ReplicaLink { socket, peer }).await;
-                            })
-                            .detach();
-                        }
-                    },
-                );
-            }
         }
     }
     let mut accepting = false;
@@ -382,6 +394,14 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             }
             if shard == 0 && ticks.is_multiple_of(QUORUM_LOG_TICKS) {
                 state.log_quorum_wait(&shared);
+            }
+            if let (0, Some(plane)) = (shard, &shared.cluster) {
+                // What this node's verdicts tell a peer that starts with an empty directory.
+                if let Some(metadata) = state.node.shard().metadata() {
+                    if metadata.status() != vireo_protocol::Status::Opening {
+                        plane.health.metadata_commit.store(metadata.commit_max(), Ordering::Relaxed);
+                    }
+                }
             }
             match phase {
                 Phase::Running if shared.shutdown.load(Ordering::SeqCst) => {
@@ -547,6 +567,9 @@ impl ShardState {
                             self.fatal.get_or_insert(format!("{group}: {what} failed: {error}"));
                         }
                         ReplicaEvent::CheckpointDurable { .. } => {}
+                        ReplicaEvent::Rejoined { commit } => {
+                            tracing::info!(shard = self.shard, group, commit, "rejoined: caught up, votes again")
+                        }
                     }
                 }
                 NodeEvent::ConnectionRefused { connection } => {
@@ -675,6 +698,37 @@ impl Links {
 
 fn display_address(address: Option<SocketAddr>) -> String {
     address.map_or_else(|| "unknown".to_string(), |address| address.to_string())
+}
+
+/// A cluster node with an empty data directory: waits until a peer says what its metadata
+/// commit is. Above 0, the cluster has history this node may have been part of: it rejoins
+/// (`Config::rejoin_guard`: no vote before it caught up); 0, the cluster is new.
+async fn wait_for_cluster_history(shard: u16, health: &ClusterHealth) -> Result<bool, String> {
+    let mut waited = 0u64;
+    loop {
+        if let Some(fatal) = health.fatal() {
+            return Err(fatal);
+        }
+        if let Some((commit, peer)) = health.cluster_history() {
+            if shard == 0 {
+                if commit > 0 {
+                    tracing::warn!(
+                        peer,
+                        commit,
+                        "empty data directory in a cluster with history: rejoining (no vote until caught up)"
+                    );
+                } else {
+                    tracing::info!(peer, "empty data directory, and the peers have none either: a new cluster");
+                }
+            }
+            return Ok(commit > 0);
+        }
+        if shard == 0 && waited.is_multiple_of(QUORUM_LOG_TICKS) {
+            tracing::warn!("waiting for a quorum: the data directory is empty and no peer has answered yet (a node that lost its data must not vote before it caught up)");
+        }
+        waited += 1;
+        glommio::timer::sleep(Duration::from_nanos(TICK_NS)).await;
+    }
 }
 
 /// Shard 0's accept loop: each connection goes to the next shard in turn.

@@ -84,6 +84,11 @@ pub enum ReplicaEvent {
         op: u64,
         chunks: u32,
     },
+    /// A replica that formatted under `Config::rejoin_guard` caught up to `commit`, the commit its
+    /// primary announced: from now on it votes and nacks like any other.
+    Rejoined {
+        commit: u64,
+    },
     /// A primary cut its view's log short below `op` (a nack quorum proved it uncommitted).
     LogTruncated {
         op: u64,
@@ -115,10 +120,23 @@ struct PipelineEntry {
 /// Events a replica buffers for its driver before they are polled.
 const EVENTS_MAX: usize = 4096;
 
+/// Where a replica that formatted under `Config::rejoin_guard` is in rejoining its cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rejoining {
+    /// Heard from no primary yet: nothing to catch up to is known.
+    Listening,
+    /// A primary announced `commit`: the replica rejoins once it executed up to it.
+    CatchingUp { commit: u64 },
+}
+
 pub struct Replica<S: StateMachine> {
     config: Config,
     replica: u8,
     status: Status,
+    /// `Some` while this replica, formatted under `Config::rejoin_guard`, has not caught up: it
+    /// casts no do_view_change and sends no nack_prepare (its storage may have forgotten
+    /// prepares it acknowledged).
+    rejoining: Option<Rejoining>,
     view: u32,
     /// The highest view this replica promised not to go below (voted in, or installed): what the
     /// superblock persists as `view`.
@@ -207,6 +225,7 @@ impl<S: StateMachine> Replica<S> {
         let count = config.replica_count as usize;
         let mut replica = Replica {
             replica,
+            rejoining: None,
             status: Status::Opening,
             view: 0,
             view_promised: 0,
@@ -437,6 +456,15 @@ impl<S: StateMachine> Replica<S> {
         {
             return;
         }
+        // The commit a primary announces (a heartbeat, or the start of its view), for a replica
+        // that is rejoining: what it must hold before it votes again.
+        if self.rejoining == Some(Rejoining::Listening)
+            && matches!(command, Command::Commit | Command::StartView)
+            && message.header.replica == self.primary_of(message.header.view)
+            && message.header.view >= self.view
+        {
+            self.rejoining = Some(Rejoining::CatchingUp { commit: message.header.commit });
+        }
         match command {
             Command::Request => self.on_request(io, message),
             Command::Prepare => self.on_prepare(io, message),
@@ -454,7 +482,25 @@ impl<S: StateMachine> Replica<S> {
             Command::Checkpoint => self.on_checkpoint(io, message),
             _ => {}
         }
+        self.rejoin_progress(io);
         self.assert_invariants();
+    }
+
+    /// Whether this replica is still rejoining (see `Config::rejoin_guard`).
+    pub fn rejoining(&self) -> Option<Rejoining> {
+        self.rejoining
+    }
+
+    /// Ends rejoining once the announced commit is executed here; a view change this replica
+    /// sat out may then go on with its vote.
+    fn rejoin_progress(&mut self, io: &mut impl Io) {
+        if let Some(Rejoining::CatchingUp { commit }) = self.rejoining {
+            if self.commit_min >= commit {
+                self.rejoining = None;
+                self.event(ReplicaEvent::Rejoined { commit });
+                self.view_change_progress(io);
+            }
+        }
     }
 
     /// An I/O request completed.
@@ -469,6 +515,7 @@ impl<S: StateMachine> Replica<S> {
             durability::TokenKind::Superblock => self.superblock_on_completion(io, completion),
             durability::TokenKind::Snapshot => self.snapshot_on_completion(io, completion),
         }
+        self.rejoin_progress(io);
         self.assert_invariants();
     }
 
@@ -518,6 +565,7 @@ impl<S: StateMachine> Replica<S> {
         if fired[6] {
             self.on_request_start_view_timeout(io);
         }
+        self.rejoin_progress(io);
         self.assert_invariants();
     }
 

@@ -383,6 +383,9 @@ impl<S: StateMachine> Replica<S> {
         self.superblock.durable = Superblock::default();
         self.superblock.durable.vsr_state.checkpoint_checksum = root;
         self.status = Status::Normal;
+        if self.config.rejoin_guard && self.config.replica_count > 1 {
+            self.rejoining = Some(super::Rejoining::Listening);
+        }
         self.event(ReplicaEvent::Opened { view: 0, log_view: 0, op: 0, commit_min: 0, formatted: true });
         self.timeouts_for_status(io);
         self.superblock_update(io);

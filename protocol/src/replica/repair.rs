@@ -331,6 +331,10 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || request.header.view != self.view || from != self.primary_of(self.view) {
             return;
         }
+        // Rejoining, it cannot tell "never acknowledged" from "acknowledged and forgotten".
+        if self.rejoining.is_some() {
+            return;
+        }
         let mut header = self.header(Command::NackPrepare);
         header.op = op;
         header.parent = checksum;

@@ -218,7 +218,9 @@ impl<S: StateMachine> Replica<S> {
             self.view_promised = self.view;
             self.superblock_update(io);
         }
-        if start_view_change_quorum && !self.do_view_change_sent && self.view_durable() {
+        // A rejoining replica may have forgotten prepares it acknowledged: its vote could let the
+        // new primary's log drop them, so it sits the view change out until it caught up.
+        if start_view_change_quorum && !self.do_view_change_sent && self.view_durable() && self.rejoining.is_none() {
             self.do_view_change_sent = true;
             if primary {
                 self.do_view_change_votes[self.replica as usize] = Some(self.own_vote());
