@@ -46,6 +46,11 @@ cargo build --release -p vireo-sim
 ./target/release/vireo-sim sweep --seeds "$seeds" | tee target/sweep.txt
 grep -qx "$seeds passed, 0 failed" target/sweep.txt
 
+step "simulator sweep with disk loss (a replica restarts empty and rejoins)"
+disk_loss_seeds="${VIREO_DISK_LOSS_SEEDS:-1000}"
+./target/release/vireo-sim sweep --seeds "$disk_loss_seeds" --disk-loss | tee target/sweep-disk-loss.txt
+grep -qx "$disk_loss_seeds passed, 0 failed" target/sweep-disk-loss.txt
+
 step "streaming simulator sweep (whole clusters: nodes x shards, metadata and partition groups)"
 streaming_seeds="${VIREO_STREAMING_SEEDS:-700}"
 ./target/release/vireo-sim sweep --seeds "$streaming_seeds" --workload streaming | tee target/sweep-streaming.txt

@@ -52,6 +52,9 @@ pub enum Bug {
     /// make its metadata's commit point durable first: a restart may then publish the older
     /// metadata, reopen the group and find its checkpoint gone.
     DeletionNotDurable,
+    /// A replica that lost its disk formats and takes part in view changes and repairs at once,
+    /// as if it had never acknowledged anything (`Config::rejoin_guard` ignored).
+    RejoinWithoutGuard,
     /// A node sends a connection's pipelined requests to a group all at once: a later one
     /// that overtakes an earlier one on the way makes the earlier one stale in the group's
     /// client table, never applied and never answered.
@@ -59,7 +62,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 17] = [
+    pub const ALL: [Bug; 18] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -77,6 +80,7 @@ impl Bug {
         Bug::WalHeadersBeforeLog,
         Bug::DeletionNotDurable,
         Bug::PipelinedRequestsOvertake,
+        Bug::RejoinWithoutGuard,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.
@@ -144,6 +148,11 @@ pub struct Config {
     /// holds: a vote or a nack from it could let a view change or a repair drop them. Off when the
     /// cluster is known to be new (a first boot), where every replica formats.
     pub rejoin_guard: bool,
+    /// A replica that formats starts recovering (it waits for the current view's start_view, or
+    /// a view change) instead of as view 0's: its storage may be empty because it was lost while
+    /// the group went on, and view 0 may hold prepares it no longer knows it made. Off for
+    /// groups that are new everywhere (a partition created by committed metadata).
+    pub format_waits_for_view: bool,
     pub bug: Option<Bug>,
 }
 
@@ -174,6 +183,7 @@ impl Config {
             request_start_view_timeout_ticks: 30,
             sync_writes: true,
             rejoin_guard: false,
+            format_waits_for_view: false,
             bug: None,
         }
     }
@@ -188,6 +198,15 @@ impl Config {
     /// view-change quorum intersect.
     pub fn quorum_view_change(&self) -> usize {
         self.replica_count as usize / 2 + 1
+    }
+
+    /// Whether a view-change quorum holding one replica that forgot its log still meets every
+    /// replication quorum in a replica that remembers: its other votes number at least
+    /// `replica_count - quorum_replication + 1`. True only for two replicas (where every
+    /// replication quorum is both).
+    pub fn rejoining_vote_is_safe(&self) -> bool {
+        let others = self.quorum_view_change() - 1;
+        others + self.quorum_replication() > self.replica_count as usize
     }
 
     /// Slots left free when a checkpoint is due: room for every prepare in flight meanwhile.
@@ -240,6 +259,7 @@ mod tests {
                 _ => unreachable!(),
             };
             assert_eq!((config.quorum_replication(), config.quorum_view_change()), expected);
+            assert_eq!(config.rejoining_vote_is_safe(), n == 2, "{n} replicas");
         }
     }
 }

@@ -28,6 +28,8 @@ use crate::sim_io::{Ack, SimEvent, SimIo};
 
 /// The simulator's cluster id: every replica and message of a run carries it.
 pub const CLUSTER: u128 = 0x0056_4952_454f;
+/// With `Scenario::disk_loss`, the chance that a crash also loses the replica's disk.
+const DISK_LOSS_PPM: u32 = 250_000;
 /// Prepares in the simulator are small: a batch of tiny appends.
 const PREPARE_SIZE_MAX: u64 = 4 * 1024;
 const SNAPSHOT_SIZE_MAX: u64 = 512 * 1024;
@@ -136,6 +138,8 @@ pub struct Cluster {
     crash_primary_at_heal: bool,
     /// The longest register log any replica applied: what every mirror must be a prefix of.
     committed_entries: Vec<(u128, u64)>,
+    /// Disks lost whole so far (`Scenario::disk_loss`: at most one a run).
+    pub disks_lost: u64,
 }
 
 impl Cluster {
@@ -199,6 +203,7 @@ impl Cluster {
             max_down,
             crash_primary_at_heal: false,
             committed_entries: Vec::new(),
+            disks_lost: 0,
         };
         cluster.network.faults_enabled = faults;
         for replica in 0..n {
@@ -493,6 +498,46 @@ impl Cluster {
         }
     }
 
+    /// With `Scenario::disk_loss`, a quarter of the crashes (once a run) lose the crashed replica's
+    /// disk whole, within the fault budget: a disk that takes no other faults, and only while the
+    /// faulty disks leave room for one more damaged copy of everything.
+    fn maybe_lose_disk(&mut self, index: u8) {
+        if !self.scenario.disk_loss || self.disks_lost > 0 || self.scenario.replica_count < 2 {
+            return;
+        }
+        let faulty = self.scenario.faults.faulty_disks;
+        let quorum = self.configs[index as usize].quorum_replication() as u8;
+        if index < faulty || faulty + 1 >= quorum || !self.rng.chance(DISK_LOSS_PPM) {
+            return;
+        }
+        self.lose_disk(index);
+    }
+
+    /// Replaces a crashed replica's disk with an empty one: it restarts formatted, and rejoins
+    /// if the cluster has history (as vireo-server decides from its peers' answers: here, any
+    /// op committed, or prepared by a replica that is up). Every promise its old disk kept is
+    /// gone with it.
+    pub fn lose_disk(&mut self, index: u8) {
+        assert!(self.nodes[index as usize].replica.is_none(), "a disk is lost only by a crashed replica");
+        let history = !self.committed_entries.is_empty()
+            || self.nodes.iter().filter_map(|node| node.replica.as_ref()).any(|replica| replica.op() > 0);
+        let config = &mut self.configs[index as usize];
+        config.rejoin_guard = history;
+        config.format_waits_for_view = true;
+        let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
+        let node = &mut self.nodes[index as usize];
+        let zone = node.disk.fault_zone;
+        node.disk = SimDisk::new(layout, zone);
+        node.promised.clear();
+        node.acked.clear();
+        node.mirror_durable = 0;
+        self.disks_lost += 1;
+        self.hash(&[8, index as u64]);
+        self.log(|| {
+            format!("r{index} lost its disk{}", if history { " (the cluster has history: it rejoins)" } else { "" })
+        });
+    }
+
     /// A partition just ended: now and then the primary crashes with it, so that the replicas
     /// that were cut off, and whatever logs they kept, take part in the view change at once.
     fn maybe_crash_primary_on_heal(&mut self) {
@@ -543,6 +588,7 @@ impl Cluster {
     /// Crashes a replica and schedules its restart.
     fn crash_until_restart(&mut self, index: u8) {
         self.crash(index);
+        self.maybe_lose_disk(index);
         let faults = &self.scenario.faults;
         let restart = self
             .rng

@@ -70,6 +70,10 @@ pub struct Overrides {
     /// Streaming: how much data the run moves (by default drawn from the seed: one run in 16
     /// moves large batches).
     pub volume: Option<Volume>,
+    /// Register workload: one crash in the run (of a replica whose disk takes no other faults,
+    /// when the fault budget has room) loses the replica's disk whole; it restarts empty and
+    /// rejoins (`Config::rejoin_guard`).
+    pub disk_loss: bool,
 }
 
 /// How much data a streaming run moves.
@@ -271,6 +275,8 @@ pub struct Scenario {
     /// are power losses (unsynced writes may go); not enforced (a third of the seeds), crashes
     /// kill the process and what completed stays, which is all that mode promises.
     pub enforce_fsync: bool,
+    /// One crash may lose the replica's whole disk (`Overrides::disk_loss`).
+    pub disk_loss: bool,
 }
 
 impl Scenario {
@@ -360,6 +366,7 @@ impl Scenario {
                 [(vireo_storage::checksum::checksum64(&(seed ^ CHUNK_SALT).to_le_bytes()) % 4) as usize],
             enforce_fsync: !vireo_storage::checksum::checksum64(&(seed ^ DURABILITY_SALT).to_le_bytes())
                 .is_multiple_of(3),
+            disk_loss: overrides.disk_loss,
         }
     }
 }
@@ -372,7 +379,7 @@ impl fmt::Display for Scenario {
             "seed={} replicas={} clients={} requests_per_client={} journal_slots={} prepare_queue_max={} \
              clients_max={} safety_ticks={} faults={} loss_ppm={} duplicate_ppm={} delay_max_us={} \
              partition_ppm={} clog_ppm={} crash_ppm={} faulty_disks={} write_corruption_ppm={} \
-             misdirect_ppm={} latent_ppm={} read_corruption_ppm={} enforce_fsync={}",
+             misdirect_ppm={} latent_ppm={} read_corruption_ppm={} enforce_fsync={}{}",
             self.seed,
             self.replica_count,
             self.client_count,
@@ -394,6 +401,7 @@ impl fmt::Display for Scenario {
             faults.latent_sector_ppm,
             faults.read_corruption_ppm,
             self.enforce_fsync,
+            if self.disk_loss { " disk_loss=true" } else { "" },
         )
     }
 }

@@ -62,6 +62,10 @@ pub struct VsrState {
     pub retained_from: u64,
     /// The log suffix of `log_view`, oldest first, as raw 256-byte prepare headers.
     pub view_headers: Vec<[u8; HEADER_SIZE]>,
+    /// The replica formatted after its storage was lost and has not caught up yet: it must not
+    /// vote, nack or acknowledge (`Config::rejoin_guard`), also after a crash. Bit 0 of the
+    /// record's flags (once the reserved u16 after the version).
+    pub rejoining: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -116,7 +120,7 @@ impl Superblock {
         let mut record = Vec::with_capacity(RECORD_PREFIX_SIZE + payload.len() + 8);
         record.extend_from_slice(&MAGIC.to_le_bytes());
         record.extend_from_slice(&VERSION.to_le_bytes());
-        record.extend_from_slice(&0u16.to_le_bytes());
+        record.extend_from_slice(&u16::from(state.rejoining).to_le_bytes());
         record.extend_from_slice(&self.sequence.to_le_bytes());
         record.extend_from_slice(&self.parent_checksum.to_le_bytes());
         record.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -152,7 +156,9 @@ impl Superblock {
         if stored != computed {
             return Err(SuperblockError::Checksum { stored, computed });
         }
-        let vsr_state = decode_payload(&bytes[RECORD_PREFIX_SIZE..end])?;
+        let flags = u16::from_le_bytes(bytes[6..8].try_into().unwrap());
+        let mut vsr_state = decode_payload(&bytes[RECORD_PREFIX_SIZE..end])?;
+        vsr_state.rejoining = flags & FLAG_REJOINING != 0;
         Ok(Superblock { sequence, parent_checksum, vsr_state })
     }
 
@@ -234,8 +240,12 @@ fn decode_payload(bytes: &[u8]) -> Result<VsrState, SuperblockError> {
         log_op_checksum,
         retained_from,
         view_headers,
+        rejoining: false,
     })
 }
+
+/// The record's flags (the u16 after its version).
+const FLAG_REJOINING: u16 = 1;
 
 /// Picks the copy recovery resumes from: the valid one with the higher sequence.
 pub fn choose(
@@ -277,6 +287,7 @@ mod tests {
                 log_op_checksum: 0x77,
                 retained_from: 0x99,
                 view_headers: vec![[7u8; HEADER_SIZE]; view_headers],
+                rejoining: view_headers % 2 == 1,
             },
         }
     }

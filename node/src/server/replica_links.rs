@@ -14,10 +14,10 @@
 //!    replica_count u8, shard u16, 4 zero bytes, roster hash u64, nonce [24], then
 //!    `blake3::keyed_hash(key, "hello" | challenge nonce | the 64 bytes before)`.
 //! 3. listener -> dialer, `VERDICT_SIZE` bytes: magic `VIREO-V1`, verdict u8, 7 zero bytes,
-//!    roster hash u64, the listener's metadata commit u64 (`HISTORY_UNKNOWN` while its metadata
-//!    group is still opening), then `keyed_hash(key, "verdict" | hello nonce | the 32 bytes
-//!    before)`. A node that starts with an empty data directory waits for one such commit: any
-//!    above 0 means the cluster has history, so it rejoins (`Config::rejoin_guard`).
+//!    roster hash u64, the head (op) of the listener's metadata log u64 (`HISTORY_UNKNOWN` while
+//!    its metadata group is still opening), then `keyed_hash(key, "verdict" | hello nonce | the
+//!    32 bytes before)`. A node that starts with an empty data directory waits for enough such
+//!    answers: any above 0 means the cluster has history, so it rejoins (`Config::rejoin_guard`).
 //!
 //! The key is `blake3::derive_key(KEY_CONTEXT, secret)`. Each side proves it holds the key over
 //! the other's fresh nonce, so a recorded handshake cannot be replayed and neither side talks to
@@ -277,9 +277,12 @@ impl ClusterHealth {
         self.roster_refusals.lock().expect("no panic holding it").remove(&peer);
     }
 
-    /// The highest metadata commit a peer reported, and which peer: `None` until one did.
-    pub fn cluster_history(&self) -> Option<(u64, u8)> {
+    /// The highest metadata op a peer reported, and which peer: `None` until `answers` peers did.
+    pub fn cluster_history(&self, answers: usize) -> Option<(u64, u8)> {
         let commits = self.peer_commits.lock().expect("no panic holding it");
+        if commits.len() < answers {
+            return None;
+        }
         commits.iter().map(|(peer, commit)| (*commit, *peer)).max()
     }
 

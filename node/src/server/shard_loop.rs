@@ -84,6 +84,9 @@ const PUBLISH_TICKS: u64 = 10;
 const INPUTS_PER_TURN: usize = 256;
 /// How long the I/O in flight gets to complete once every connection is closed.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a node with an empty data directory waits to hear from every peer it needs before
+/// it settles for a quorum's answers.
+const HISTORY_GRACE_TICKS: u64 = 500;
 /// Ticks between two "waiting for a quorum" lines while a cluster node has too few peers.
 const QUORUM_LOG_TICKS: u64 = 500;
 /// HTTP requests `/metrics` serves at once, and the bytes of one request head.
@@ -293,8 +296,15 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     }
     if shared.empty_data_directory {
         if let Some(plane) = &shared.cluster {
-            let rejoin = wait_for_cluster_history(shard as u16, &plane.health).await?;
+            let metadata = &node_config.shard.metadata;
+            let count = plane.identity.replica_count as usize;
+            let answers = (count - metadata.quorum_replication() + 1, metadata.quorum_view_change() - 1);
+            let rejoin = wait_for_cluster_history(shard as u16, &plane.health, answers).await?;
+            // Even a first boot's metadata group starts with a view change: no replica that
+            // formats acts in view 0 on its own word. Partitions are new everywhere then.
+            node_config.shard.metadata.format_waits_for_view = true;
             node_config.shard.metadata.rejoin_guard = rejoin;
+            node_config.shard.partition.format_waits_for_view = rejoin;
             node_config.shard.partition.rejoin_guard = rejoin;
         }
     }
@@ -399,7 +409,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                 // What this node's verdicts tell a peer that starts with an empty directory.
                 if let Some(metadata) = state.node.shard().metadata() {
                     if metadata.status() != vireo_protocol::Status::Opening {
-                        plane.health.metadata_commit.store(metadata.commit_max(), Ordering::Relaxed);
+                        // Its log's head: an op prepared and not yet committed is history too.
+                        let head = metadata.op().max(metadata.commit_max());
+                        plane.health.metadata_commit.store(head, Ordering::Relaxed);
                     }
                 }
             }
@@ -700,16 +712,21 @@ fn display_address(address: Option<SocketAddr>) -> String {
     address.map_or_else(|| "unknown".to_string(), |address| address.to_string())
 }
 
-/// A cluster node with an empty data directory: waits until a peer says what its metadata
-/// commit is. Above 0, the cluster has history this node may have been part of: it rejoins
-/// (`Config::rejoin_guard`: no vote before it caught up); 0, the cluster is new.
-async fn wait_for_cluster_history(shard: u16, health: &ClusterHealth) -> Result<bool, String> {
+/// A cluster node with an empty data directory: waits until peers said what their metadata
+/// groups hold: `answers.0` of them (enough that one is in every replication quorum, so a
+/// committed op cannot hide from all of them), or after `HISTORY_GRACE_TICKS` `answers.1` (with
+/// this node, a quorum: a first boot with a node missing still forms its cluster). Any op there
+/// means the cluster has history this node may have been part of: it rejoins
+/// (`Config::rejoin_guard`: no vote, nack or acknowledgement before it caught up); none, the
+/// cluster is new.
+async fn wait_for_cluster_history(shard: u16, health: &ClusterHealth, answers: (usize, usize)) -> Result<bool, String> {
     let mut waited = 0u64;
     loop {
         if let Some(fatal) = health.fatal() {
             return Err(fatal);
         }
-        if let Some((commit, peer)) = health.cluster_history() {
+        let enough = if waited >= HISTORY_GRACE_TICKS { answers.1.min(answers.0) } else { answers.0 };
+        if let Some((commit, peer)) = health.cluster_history(enough.max(1)) {
             if shard == 0 {
                 if commit > 0 {
                     tracing::warn!(

@@ -483,6 +483,7 @@ impl<S: StateMachine> Replica<S> {
                 .filter(|header| header.op > checkpoint_op)
                 .map(|header| header.encode())
                 .collect(),
+            rejoining: self.rejoining.is_some(),
         }
     }
 

@@ -137,6 +137,15 @@ pub struct Replica<S: StateMachine> {
     /// casts no do_view_change and sends no nack_prepare (its storage may have forgotten
     /// prepares it acknowledged).
     rejoining: Option<Rejoining>,
+    /// While rejoining: the replicas heard from, and the highest view any of them named (or
+    /// promised): the replica forgot the views it promised, so only enough of its peers can
+    /// tell it which view is current.
+    rejoin_heard: u64,
+    rejoin_view_max: u32,
+    /// After rejoining: ops up to here may be ones it acknowledged before its storage was lost
+    /// and still uncommitted when it caught up (at most a pipeline's worth past what it held):
+    /// it never nacks them.
+    nack_floor: u64,
     view: u32,
     /// The highest view this replica promised not to go below (voted in, or installed): what the
     /// superblock persists as `view`.
@@ -226,6 +235,9 @@ impl<S: StateMachine> Replica<S> {
         let mut replica = Replica {
             replica,
             rejoining: None,
+            rejoin_heard: 0,
+            rejoin_view_max: 0,
+            nack_floor: 0,
             status: Status::Opening,
             view: 0,
             view_promised: 0,
@@ -456,12 +468,19 @@ impl<S: StateMachine> Replica<S> {
         {
             return;
         }
+        if self.rejoining.is_some() && !from_client {
+            self.rejoin_heard |= 1 << message.header.replica;
+            let promised = if command == Command::StartViewChange { message.header.context as u32 } else { 0 };
+            self.rejoin_view_max = self.rejoin_view_max.max(message.header.view).max(promised);
+        }
         // The commit a primary announces (a heartbeat, or the start of its view), for a replica
-        // that is rejoining: what it must hold before it votes again.
+        // that is rejoining: what it must hold before it votes again. Only from the primary of
+        // the newest view enough peers name: any view-change quorum then holds one of them.
         if self.rejoining == Some(Rejoining::Listening)
             && matches!(command, Command::Commit | Command::StartView)
             && message.header.replica == self.primary_of(message.header.view)
-            && message.header.view >= self.view
+            && message.header.view >= self.view.max(self.rejoin_view_max)
+            && self.rejoin_heard_enough()
         {
             self.rejoining = Some(Rejoining::CatchingUp { commit: message.header.commit });
         }
@@ -486,17 +505,34 @@ impl<S: StateMachine> Replica<S> {
         self.assert_invariants();
     }
 
+    /// Whether a rejoining replica heard from enough peers (`replica_count - quorum_view_change
+    /// + 1` of them) that every view-change quorum, and so every view promised, includes one.
+    fn rejoin_heard_enough(&self) -> bool {
+        let others = (self.rejoin_heard & !(1 << self.replica)).count_ones() as usize;
+        others > self.replica_count() as usize - self.config.quorum_view_change()
+    }
+
     /// Whether this replica is still rejoining (see `Config::rejoin_guard`).
     pub fn rejoining(&self) -> Option<Rejoining> {
         self.rejoining
     }
 
-    /// Ends rejoining once the announced commit is executed here; a view change this replica
-    /// sat out may then go on with its vote.
+    /// Ends rejoining once the announced commit is executed here and the replica, in normal
+    /// status, holds and executed every op it knows committed (a state transfer leaves the ops
+    /// after its checkpoint to repair: until they are here, its log is short of its view's);
+    /// a view change this replica sat out may then go on with its vote.
     fn rejoin_progress(&mut self, io: &mut impl Io) {
         if let Some(Rejoining::CatchingUp { commit }) = self.rejoining {
-            if self.commit_min >= commit {
+            let caught_up = self.status == Status::Normal
+                && self.view >= self.rejoin_view_max
+                && self.commit_min >= commit
+                && self.commit_min == self.commit_max
+                && self.op >= self.commit_max;
+            if caught_up {
                 self.rejoining = None;
+                self.nack_floor = self.op.max(commit) + 2 * self.config.prepare_queue_max as u64;
+                // The superblock stops saying "rejoining": a crash from now on keeps what it holds.
+                self.superblock_update(io);
                 self.event(ReplicaEvent::Rejoined { commit });
                 self.view_change_progress(io);
             }

@@ -261,6 +261,11 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || self.is_primary() {
             return;
         }
+        // Rejoining, its log has holes a crash would leave it unable to vouch for: its
+        // acknowledgements wait until it caught up.
+        if self.rejoining.is_some() {
+            return;
+        }
         let Some(entry) = self.journal.get(op) else { return };
         if !entry.durable || entry.body.is_none() {
             return;

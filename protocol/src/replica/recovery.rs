@@ -382,13 +382,21 @@ impl<S: StateMachine> Replica<S> {
         self.commit_max = 0;
         self.superblock.durable = Superblock::default();
         self.superblock.durable.vsr_state.checkpoint_checksum = root;
-        self.status = Status::Normal;
-        if self.config.rejoin_guard && self.config.replica_count > 1 {
+        // A first boot starts the cluster's view 0. A replica that may have lost its disk must
+        // not: its cluster may be views further on, so it waits for the current view's
+        // start_view as a restarted replica does.
+        let cluster = self.config.replica_count > 1;
+        let waits = cluster && (self.config.format_waits_for_view || self.config.rejoin_guard);
+        self.status = if waits { Status::Recovering } else { Status::Normal };
+        if cluster && self.config.rejoin_guard && self.config.bug != Some(Bug::RejoinWithoutGuard) {
             self.rejoining = Some(super::Rejoining::Listening);
         }
         self.event(ReplicaEvent::Opened { view: 0, log_view: 0, op: 0, commit_min: 0, formatted: true });
         self.timeouts_for_status(io);
         self.superblock_update(io);
+        if waits {
+            self.on_request_start_view_timeout(io);
+        }
     }
 
     /// Every WAL slot is read: recovered, then (if some hold elided prepares past the
@@ -558,6 +566,10 @@ impl<S: StateMachine> Replica<S> {
         self.op_checksum = head.1;
         self.commit_min = checkpoint_op;
         self.commit_max = state.commit_max.max(checkpoint_op);
+        // Crashed while rejoining: still may have forgotten what its lost storage held.
+        if state.rejoining && self.config.bug != Some(Bug::RejoinWithoutGuard) {
+            self.rejoining = Some(super::Rejoining::Listening);
+        }
         if let Some(entry) = self.journal.get(self.op) {
             self.timestamp_last = self.timestamp_last.max(entry.header.timestamp);
         }

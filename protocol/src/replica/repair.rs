@@ -332,7 +332,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         // Rejoining, it cannot tell "never acknowledged" from "acknowledged and forgotten".
-        if self.rejoining.is_some() {
+        if self.rejoining.is_some() || op <= self.nack_floor {
             return;
         }
         let mut header = self.header(Command::NackPrepare);
@@ -395,7 +395,9 @@ impl<S: StateMachine> Replica<S> {
             if own.body.is_some() {
                 continue;
             }
-            let nacks = entry.nacks.count_ones() as usize + usize::from(!own.faulty);
+            // Its own nack too, unless it may have forgotten acknowledging the op (rejoining).
+            let own_nack = !own.faulty && self.rejoining.is_none() && entry.op > self.nack_floor;
+            let nacks = entry.nacks.count_ones() as usize + usize::from(own_nack);
             if nacks >= nack_quorum {
                 cut = Some((entry.op, own.header.parent));
                 break;

@@ -219,8 +219,10 @@ impl<S: StateMachine> Replica<S> {
             self.superblock_update(io);
         }
         // A rejoining replica may have forgotten prepares it acknowledged: its vote could let the
-        // new primary's log drop them, so it sits the view change out until it caught up.
-        if start_view_change_quorum && !self.do_view_change_sent && self.view_durable() && self.rejoining.is_none() {
+        // new primary's log drop them, so it sits the view change out until it caught up, unless
+        // the other votes of any quorum alone meet every replication quorum.
+        let may_vote = self.rejoining.is_none() || self.config.rejoining_vote_is_safe();
+        if start_view_change_quorum && !self.do_view_change_sent && self.view_durable() && may_vote {
             self.do_view_change_sent = true;
             if primary {
                 self.do_view_change_votes[self.replica as usize] = Some(self.own_vote());

@@ -50,6 +50,10 @@ struct OverrideArgs {
     /// draw (one seed in 16 moves large batches, with its drawn retention scaled to them).
     #[arg(long, value_parser = parse_volume)]
     volume: Option<Volume>,
+    /// Register workload: one crash in the run may lose the replica's disk whole; it restarts
+    /// empty and rejoins.
+    #[arg(long)]
+    disk_loss: bool,
 }
 
 fn parse_volume(text: &str) -> Result<Volume, String> {
@@ -82,6 +86,7 @@ impl OverrideArgs {
             workload: self.workload,
             rolling_restart_ticks: self.rolling_restart_ticks,
             volume: self.volume,
+            disk_loss: self.disk_loss,
         }
     }
 }
