@@ -300,9 +300,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             let count = plane.identity.replica_count as usize;
             let answers = (count - metadata.quorum_replication() + 1, metadata.quorum_view_change() - 1);
             let rejoin = wait_for_cluster_history(shard as u16, &plane.health, answers).await?;
-            // Even a first boot's metadata group starts with a view change: no replica that
-            // formats acts in view 0 on its own word. Partitions are new everywhere then.
-            node_config.shard.metadata.format_waits_for_view = true;
+            // A first boot (the peers that answered hold nothing) starts view 0 as every
+            // replica of a new cluster does; a node that lost its disk waits for the current view.
+            node_config.shard.metadata.format_waits_for_view = rejoin;
             node_config.shard.metadata.rejoin_guard = rejoin;
             node_config.shard.partition.format_waits_for_view = rejoin;
             node_config.shard.partition.rejoin_guard = rejoin;
