@@ -32,7 +32,9 @@
 //! and counted: VSR's timeouts send again what matters. Inbound frames not yet handled by the
 //! shard are bounded by `INBOUND_FRAMES_MAX` and `INBOUND_BYTES_MAX`: a reader waits, which
 //! back-pressures its peer through TCP. At most `HANDSHAKES_MAX` handshakes run at once, each
-//! for at most `HANDSHAKE_TIMEOUT`.
+//! for at most `HANDSHAKE_TIMEOUT`. A shard reads at most one inbound link per (peer, peer's
+//! shard): a newer one (the peer reconnected) shuts the older one down, so a peer that dials
+//! again and again holds no more sockets than it has shards.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, VecDeque};
@@ -320,6 +322,8 @@ pub struct ReplicaLinks {
     inbound_bytes: Semaphore,
     any: Semaphore,
     counters: Rc<Cell<LinkCounters>>,
+    /// The inbound link read now from each (peer, peer's shard), by descriptor.
+    inbound_links: RefCell<std::collections::HashMap<(u8, u16), std::os::fd::RawFd>>,
 }
 
 fn count(counters: &Cell<LinkCounters>, change: impl FnOnce(&mut LinkCounters)) {
@@ -342,6 +346,7 @@ impl ReplicaLinks {
             inbound_bytes: Semaphore::new(INBOUND_BYTES_MAX),
             any: Semaphore::new(0),
             counters: Rc::new(Cell::new(LinkCounters::default())),
+            inbound_links: RefCell::new(std::collections::HashMap::new()),
         }
     }
 
@@ -429,14 +434,25 @@ impl ReplicaLinks {
         let _ = self.any.try_acquire(stale);
     }
 
-    /// Reads the frames of an inbound link shard 0 accepted and authenticated for this shard.
-    pub fn serve_inbound(self: &Rc<Self>, socket: OwnedFd, peer: u8) {
+    /// Reads the frames of an inbound link shard 0 accepted and authenticated for this shard,
+    /// dialled by `peer`'s shard `peer_shard`; an older link from there is shut down.
+    pub fn serve_inbound(self: &Rc<Self>, socket: OwnedFd, peer: u8, peer_shard: u16) {
         use std::os::fd::IntoRawFd;
+        let fd = socket.into_raw_fd();
+        if let Some(older) = self.inbound_links.borrow_mut().insert((peer, peer_shard), fd) {
+            // SAFETY: shutdown(2) on a descriptor its reader task still owns: the read fails,
+            // the task ends and closes it.
+            unsafe { libc::shutdown(older, libc::SHUT_RDWR) };
+        }
         // SAFETY: the descriptor is a connected TCP socket whose ownership passes here.
-        let stream = unsafe { TcpStream::from_raw_fd(socket.into_raw_fd()) };
+        let stream = unsafe { TcpStream::from_raw_fd(fd) };
         let links = self.clone();
         glommio::spawn_local(async move {
             let reason = links.read_frames(stream).await;
+            let mut inbound = links.inbound_links.borrow_mut();
+            if inbound.get(&(peer, peer_shard)) == Some(&fd) {
+                inbound.remove(&(peer, peer_shard));
+            }
             tracing::info!(peer, reason, "replica link from a peer closed");
         })
         .detach();

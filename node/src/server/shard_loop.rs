@@ -45,6 +45,8 @@ pub enum ShardMail {
     ReplicaLink {
         socket: std::os::fd::OwnedFd,
         peer: u8,
+        /// The peer's shard that dialled it.
+        peer_shard: u16,
     },
 }
 
@@ -278,14 +280,15 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                         random = random.wrapping_add(0x9e37_79b9_7f4a_7c15);
                         random ^ (random >> 29).wrapping_mul(0xbf58_476d_1ce4_e5b9)
                     },
-                    move |target, socket, peer| {
-                        let target = target as usize % shard_count;
+                    move |peer_shard, socket, peer| {
+                        let target = peer_shard as usize % shard_count;
                         if target == 0 {
-                            replicas.serve_inbound(socket, peer);
+                            replicas.serve_inbound(socket, peer, peer_shard);
                         } else {
                             let senders = senders.clone();
                             glommio::spawn_local(async move {
-                                let _ = senders.send_to(target, ShardMail::ReplicaLink { socket, peer }).await;
+                                let mail = ShardMail::ReplicaLink { socket, peer, peer_shard };
+                                let _ = senders.send_to(target, mail).await;
                             })
                             .detach();
                         }
@@ -363,7 +366,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                     }
                     // Shutting down: the connection is closed as it is dropped.
                     ShardMail::Accepted(_) => {}
-                    ShardMail::ReplicaLink { socket, peer } => state.replicas.serve_inbound(socket, peer),
+                    ShardMail::ReplicaLink { socket, peer, peer_shard } => {
+                        state.replicas.serve_inbound(socket, peer, peer_shard)
+                    }
                 }
                 state.drain_node_events();
             } else {
