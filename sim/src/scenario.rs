@@ -163,6 +163,9 @@ impl Overrides {
         if let Some(volume) = self.volume {
             words.push_str(&format!(" --volume {}", volume.name()));
         }
+        if self.disk_loss {
+            words.push_str(" --disk-loss");
+        }
         words
     }
 }
