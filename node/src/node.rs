@@ -37,7 +37,9 @@ use std::sync::Arc;
 
 use vireo_io::{Completion, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
-use vireo_protocol::header::{group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX};
+use vireo_protocol::header::{
+    encode_frame, group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX,
+};
 use vireo_protocol::request::{batched_requests, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use vireo_protocol::wire::{self, ClientRequest};
 use vireo_protocol::{StateMachine, Status};
@@ -1561,7 +1563,11 @@ impl Node {
                 register.origin = in_flight.header.origin;
                 Message::new(register, Vec::new()).encode()
             }
-            Stage::Sent { .. } | Stage::Register => Message::new(in_flight.header, in_flight.body.clone()).encode(),
+            Stage::Sent { .. } | Stage::Register => {
+                let mut header = in_flight.header;
+                header.seal(&in_flight.body);
+                encode_frame(&header, &in_flight.body)
+            }
             // Its group answered; what it waits for are other requests in flight.
             Stage::Fanning => return,
             // Its turn comes once the request before it in its group is answered.

@@ -438,6 +438,16 @@ pub struct Message {
     pub body: Vec<u8>,
 }
 
+/// The frame of a sealed header and its body, in one allocation and one copy of the body (the
+/// body may be a prepare's megabyte: no `Message` needs to own a copy of it first).
+pub fn encode_frame(header: &Header, body: &[u8]) -> Vec<u8> {
+    assert_eq!(header.size as usize, HEADER_SIZE + body.len());
+    let mut bytes = Vec::with_capacity(header.size as usize);
+    bytes.extend_from_slice(&header.encode());
+    bytes.extend_from_slice(body);
+    bytes
+}
+
 impl Message {
     /// A sealed message (checksummed header and body).
     pub fn new(mut header: Header, body: Vec<u8>) -> Message {
@@ -446,11 +456,7 @@ impl Message {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        assert_eq!(self.header.size as usize, HEADER_SIZE + self.body.len());
-        let mut bytes = Vec::with_capacity(self.header.size as usize);
-        bytes.extend_from_slice(&self.header.encode());
-        bytes.extend_from_slice(&self.body);
-        bytes
+        encode_frame(&self.header, &self.body)
     }
 
     /// Decodes a frame and checks its checksums. `checksummed`: a replica frame, whose checksums

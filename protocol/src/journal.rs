@@ -7,7 +7,7 @@
 //! prepare *and* its redundant header are synced: only then may the replica acknowledge it.
 
 use crate::elided::ElidedBody;
-use crate::header::{Command, Header, Message};
+use crate::header::{encode_frame, Command, Header};
 use vireo_storage::layout::{WalLayout, HEADER_SIZE};
 
 #[derive(Clone, Debug)]
@@ -207,7 +207,7 @@ enum Stored {
 
 /// The bytes of a prepare as its WAL slot holds them.
 pub fn prepare_bytes(header: &Header, body: &[u8]) -> Vec<u8> {
-    Message { header: *header, body: body.to_vec() }.encode()
+    encode_frame(header, body)
 }
 
 /// The bytes of a prepare whose external spans are left out, as its WAL slot holds them.

@@ -433,10 +433,20 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn send_to_others(&self, io: &mut impl Io, message: &Message) {
-        let bytes = message.encode();
-        for to in 0..self.replica_count() {
-            if to != self.replica {
-                io.send(Peer::Replica(to), bytes.clone());
+        if self.replica_count() > 1 {
+            self.send_frame_to_others(io, message.encode());
+        }
+    }
+
+    /// Sends `frame` to every other replica: a copy for each but the last, which takes it.
+    fn send_frame_to_others(&self, io: &mut impl Io, frame: Vec<u8>) {
+        let mut others = (0..self.replica_count()).filter(|to| *to != self.replica).peekable();
+        while let Some(to) = others.next() {
+            if others.peek().is_some() {
+                io.send(Peer::Replica(to), frame.clone());
+            } else {
+                io.send(Peer::Replica(to), frame);
+                return;
             }
         }
     }

@@ -6,7 +6,7 @@ use vireo_storage::layout::HEADER_SIZE;
 use super::{PipelineEntry, Replica, ReplicaEvent, Status};
 use crate::client_table::{ClientEntry, RequestOutcome};
 use crate::config::Bug;
-use crate::header::{Command, Header, Message};
+use crate::header::{encode_frame, Command, Header, Message};
 use crate::journal::Entry;
 use crate::request::{batched_requests, valid_batch, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use crate::state_machine::StateMachine;
@@ -131,7 +131,9 @@ impl<S: StateMachine> Replica<S> {
                 first.get_or_insert(request.header);
                 // The request's own checksums stay the client's: its reply names it by them.
                 let at = body.len() + HEADER_SIZE;
-                body.extend_from_slice(&request.encode());
+                body.reserve(size);
+                body.extend_from_slice(&request.header.encode());
+                body.extend_from_slice(&request.body);
                 cursor = self.state_machine.prepare(cursor, timestamp, &request.header, &mut body[at..]);
                 count += 1;
             }
@@ -150,14 +152,18 @@ impl<S: StateMachine> Replica<S> {
             header.count = count;
             // Which start_view of this view the prepare extends (see `start_view_sequence`).
             header.context = self.start_view_sequence as u128;
-            let message = Message::new(header, body);
+            header.seal(&body);
+            // The frame for the backups first: the journal then takes the body itself.
+            let frame = (self.replica_count() > 1).then(|| encode_frame(&header, &body));
             self.timestamp_last = header.timestamp;
-            self.journal.insert(Entry::prepare(message.header, message.body.clone()));
+            self.journal.insert(Entry::prepare(header, body));
             self.op = header.op;
-            self.op_checksum = message.header.checksum;
+            self.op_checksum = header.checksum;
             self.pipeline.push_back(PipelineEntry { op: header.op, checksum: self.op_checksum, acks: 0, nacks: 0 });
             self.wal_enqueue(io, header.op);
-            self.send_to_others(io, &message);
+            if let Some(frame) = frame {
+                self.send_frame_to_others(io, frame);
+            }
         }
     }
 
@@ -427,7 +433,9 @@ impl<S: StateMachine> Replica<S> {
         let entry = self.journal.get(op).expect("executed op is in the journal");
         assert_eq!(entry.header.parent, self.commit_min_checksum, "op {op} does not chain to the last executed op");
         let header = entry.header;
-        let body = entry.body.clone().expect("executed op has its body");
+        // Lent out of the journal while its requests apply (nothing below reads the journal),
+        // rather than copied: a prepare's body is up to a megabyte.
+        let body = self.journal.get_mut(op).and_then(|entry| entry.body.take()).expect("executed op has its body");
         let primary = self.status == Status::Normal && self.is_primary();
         for request in batched_requests(&body) {
             let client = request.header.client;
@@ -510,6 +518,9 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
+        let entry = self.journal.get_mut(op).expect("an executed op stays in the journal while it applies");
+        assert_eq!(entry.header.checksum, header.checksum);
+        entry.body = Some(body);
         self.commit_min = op;
         self.commit_min_checksum = header.checksum;
         self.commit_stall_ticks = 0;
