@@ -9,14 +9,14 @@
 
 use vireo_protocol::header::{Command, Header, Message};
 use vireo_protocol::wire::{
-    self, Appended, ConsumerOffsetReply, CreatedPersonalAccessToken, LoginReply, Name, ResultSection, SendMessagesReply,
+    Appended, ConsumerOffsetReply, CreatedPersonalAccessToken, LoginReply, Name, ResultSection, SendMessagesReply,
 };
 use vireo_storage::batch;
 
 use crate::admission::{STATUS_INVALID_COMMAND, STATUS_PARTITION_NOT_FOUND};
 use crate::connection::ReplyKind;
 use crate::partition::request::{
-    decode_offset_reply, decode_poll_reply, decode_send_reply, reply_status, PartitionStatus,
+    decode_offset_reply, decode_poll_reply, decode_send_reply, reply_status, PartitionStatus, PollReply,
 };
 
 /// The protocol version this server speaks (0.11.0, `major << 20 | minor << 10 | patch`).
@@ -37,6 +37,43 @@ pub fn partition_status_code(status: PartitionStatus) -> u32 {
         PartitionStatus::OffsetBeyondEnd => 4,
     }
 }
+
+/// The body of a poll's reply (`PROTOCOL.md`: partition u32, current_offset u64, count u32, then
+/// the batches), built in one buffer from the batches the partition read: exactly the messages
+/// chosen, batches cut where the poll starts and ends, a whole batch copied once.
+pub fn poll_reply_body(polled: &PollReply) -> Result<Vec<u8>, u32> {
+    let (from, to) = (polled.start, polled.start + polled.count as u64);
+    let mut body = Vec::with_capacity(POLL_REPLY_HEAD + polled.batches.len());
+    let current_offset = if polled.current_offset == u64::MAX { 0 } else { polled.current_offset };
+    body.extend_from_slice(&polled.partition.to_le_bytes());
+    body.extend_from_slice(&current_offset.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    let mut count = 0u64;
+    let mut rest = polled.batches.as_slice();
+    while !rest.is_empty() {
+        let header = batch::BatchHeader::decode(rest).map_err(|_| STATUS_INVALID_COMMAND)?;
+        let length = header.batch_length as usize;
+        if length > rest.len() {
+            return Err(STATUS_INVALID_COMMAND);
+        }
+        let (one, tail) = rest.split_at(length);
+        if header.base_offset >= from && header.end_offset() <= to {
+            batch::check_client_batch(one).map_err(|_| STATUS_INVALID_COMMAND)?;
+            body.extend_from_slice(one);
+            count += header.message_count as u64;
+        } else if let Some(kept) = batch::slice(one, from, to).map_err(|_| STATUS_INVALID_COMMAND)? {
+            count += batch::BatchHeader::decode(&kept).map_err(|_| STATUS_INVALID_COMMAND)?.message_count as u64;
+            body.extend_from_slice(&kept);
+        }
+        rest = tail;
+    }
+    let count = u32::try_from(count).map_err(|_| STATUS_INVALID_COMMAND)?;
+    body[12..POLL_REPLY_HEAD].copy_from_slice(&count.to_le_bytes());
+    Ok(body)
+}
+
+/// partition u32, current_offset u64, count u32.
+const POLL_REPLY_HEAD: usize = 16;
 
 /// The body the client decodes for the group's reply `group_reply` to a request of `kind`, or
 /// the status the client gets instead (a refusal the group committed).
@@ -69,22 +106,7 @@ pub fn client_reply_body(kind: &ReplyKind, session: u64, group_reply: &[u8]) -> 
         }
         ReplyKind::Poll => {
             let polled = decode_poll_reply(group_reply).map_err(|_| status(group_reply))?;
-            // Exactly the messages chosen: batches are cut where the poll starts and ends.
-            let (from, to) = (polled.start, polled.start + polled.count as u64);
-            let mut batches = Vec::with_capacity(polled.batches.len());
-            let mut rest = polled.batches.as_slice();
-            while !rest.is_empty() {
-                let header = batch::BatchHeader::decode(rest).map_err(|_| STATUS_INVALID_COMMAND)?;
-                let (one, tail) = rest.split_at((header.batch_length as usize).min(rest.len()));
-                if let Some(kept) = batch::slice(one, from, to).map_err(|_| STATUS_INVALID_COMMAND)? {
-                    batches.extend_from_slice(&kept);
-                }
-                rest = tail;
-            }
-            let current_offset = if polled.current_offset == u64::MAX { 0 } else { polled.current_offset };
-            let reply =
-                wire::PollReply::new(polled.partition, current_offset, batches).map_err(|_| STATUS_INVALID_COMMAND)?;
-            Ok(reply.encode())
+            poll_reply_body(&polled)
         }
         ReplyKind::Offset => match reply_status(group_reply) {
             Ok(None) => {

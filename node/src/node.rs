@@ -55,7 +55,7 @@ use crate::admission::{
     OffsetAction, PollAdmission, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS, STATUS_INVALID_FORMAT,
     STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
-use crate::client_reply::{client_reply_body, node_reply};
+use crate::client_reply::{client_reply_body, node_reply, poll_reply_body};
 use crate::connection::{Connection, InFlight, Login, PurgeQueue, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
@@ -481,8 +481,9 @@ impl Node {
         if !self.connections.contains_key(&connection) {
             return;
         }
-        let message = match Message::decode(bytes, false) {
-            Ok(message) if message.header.command == Command::Request && message.header.client != 0 => message,
+        // Borrowed: a send's body goes on from the connection's buffer without a copy here.
+        let (header, body) = match Message::decode_borrowed(bytes, false) {
+            Ok((header, body)) if header.command == Command::Request && header.client != 0 => (header, body),
             _ => {
                 self.counters.frames_malformed += 1;
                 self.event(NodeEvent::Malformed { connection });
@@ -490,23 +491,22 @@ impl Node {
                 return;
             }
         };
-        let header = message.header;
         // A client that stamps its body's checksum (`PROTOCOL.md`, request_checksum) gets a body
         // that matches it applied, or nothing: InvalidFormat, as the reference answers.
-        if header.parent != 0 && header.parent != xxhash_rust::xxh3::xxh3_64(&message.body) as u128 {
+        if header.parent != 0 && header.parent != xxhash_rust::xxh3::xxh3_64(body) as u128 {
             self.deny(io, connection, &header, STATUS_INVALID_FORMAT);
             return;
         }
         self.forget_stale_login(connection);
         let result = match header.operation {
-            OPERATION_REGISTER => self.on_login(io, connection, header, &message.body),
+            OPERATION_REGISTER => self.on_login(io, connection, header, body),
             OPERATION_LOGOUT => self.on_logout(io, connection, header),
-            OPERATION_NON_REPLICATED => self.on_read(io, connection, header, &message.body),
+            OPERATION_NON_REPLICATED => self.on_read(io, connection, header, body),
             OPERATION_METADATA_FIRST..=OPERATION_METADATA_LAST => {
-                self.on_metadata_request(io, connection, header, message.body)
+                self.on_metadata_request(io, connection, header, body.to_vec())
             }
             OPERATION_SEND_MESSAGES | OPERATION_STORE_CONSUMER_OFFSET | OPERATION_DELETE_CONSUMER_OFFSET => {
-                self.on_partition_request(io, connection, header, &message.body)
+                self.on_partition_request(io, connection, header, body)
             }
             _ => Err(STATUS_INVALID_COMMAND),
         };
@@ -1155,7 +1155,7 @@ impl Node {
     /// The frame that answers a local poll with `reply`.
     fn poll_answer(&mut self, request: &Header, reply: &PollReply) -> Vec<u8> {
         let group = group_namespace(request.group).expect("a read names its group");
-        let (status, body) = match client_reply_body(&ReplyKind::Poll, 0, &encode_poll_reply(reply)) {
+        let (status, body) = match poll_reply_body(reply) {
             Ok(body) => (0, body),
             Err(status) => (status, Vec::new()),
         };
@@ -1434,7 +1434,7 @@ impl Node {
                 else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
-                admit_send(&metadata, user_id, &send, cursor, self.bug())?
+                admit_send(&metadata, user_id, send, cursor, self.bug())?
             }
             OPERATION_STORE_CONSUMER_OFFSET => {
                 let Ok(ClientRequest::StoreConsumerOffset { key, offset, .. }) =

@@ -462,6 +462,12 @@ impl Message {
     /// Decodes a frame and checks its checksums. `checksummed`: a replica frame, whose checksums
     /// must be right; a client frame may carry zero checksums instead.
     pub fn decode(bytes: &[u8], checksummed: bool) -> Result<Message, DecodeError> {
+        let (header, body) = Message::decode_borrowed(bytes, checksummed)?;
+        Ok(Message { header, body: body.to_vec() })
+    }
+
+    /// As `decode`, with the body left where it is.
+    pub fn decode_borrowed(bytes: &[u8], checksummed: bool) -> Result<(Header, &[u8]), DecodeError> {
         let header = Header::decode(bytes)?;
         if header.size as usize != bytes.len() || header.size > FRAME_SIZE_MAX {
             return Err(DecodeError::Size { size: header.size, got: bytes.len() });
@@ -477,7 +483,7 @@ impl Message {
                 return Err(DecodeError::ChecksumBody);
             }
         }
-        Ok(Message { header, body: body.to_vec() })
+        Ok((header, body))
     }
 }
 

@@ -53,11 +53,48 @@ fn main() -> ExitCode {
     }
 }
 
-/// `count` distinct free ports on 127.0.0.1 (held until all are picked, so none repeats).
+/// The lowest port `free_ports` hands out: below it sit the well-known and registered services
+/// most machines run.
+const FIRST_LISTEN_PORT: u16 = 10_000;
+
+/// `count` distinct free ports on 127.0.0.1 (held until all are picked, so none repeats), taken
+/// below the kernel's ephemeral range: a port from that range is free now but may become the
+/// local end of some outgoing connection (a peer's replica link, a client) before the node that
+/// was given it starts listening. The scan starts at a random port so that launchers running at
+/// once rarely meet.
 fn free_ports(count: usize) -> Result<Vec<u16>, String> {
-    let listeners: Vec<TcpListener> = (0..count)
-        .map(|_| TcpListener::bind("127.0.0.1:0").map_err(|error| format!("cannot find a free port: {error}")))
-        .collect::<Result<_, _>>()?;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low <= FIRST_LISTEN_PORT {
+        // Nothing below the ephemeral range to choose from: let the kernel pick.
+        let listeners: Vec<TcpListener> = (0..count)
+            .map(|_| TcpListener::bind("127.0.0.1:0").map_err(|error| format!("cannot find a free port: {error}")))
+            .collect::<Result<_, _>>()?;
+        return listeners.iter().map(|listener| Ok(listener.local_addr().map_err(|e| e.to_string())?.port())).collect();
+    }
+    let span = ephemeral_low - FIRST_LISTEN_PORT;
+    let mut start = [0u8; 2];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut start))
+        .map_err(|error| format!("cannot read /dev/urandom: {error}"))?;
+    let start = u16::from_le_bytes(start) % span;
+    let mut listeners = Vec::with_capacity(count);
+    for step in 0..span {
+        if listeners.len() == count {
+            break;
+        }
+        let port = FIRST_LISTEN_PORT + (start + step) % span;
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(listener);
+        }
+    }
+    if listeners.len() < count {
+        return Err(format!(
+            "cannot find {count} free ports on 127.0.0.1 between {FIRST_LISTEN_PORT} and {ephemeral_low}"
+        ));
+    }
     listeners.iter().map(|listener| Ok(listener.local_addr().map_err(|error| error.to_string())?.port())).collect()
 }
 
