@@ -443,9 +443,11 @@ impl DirectFile {
         OverlaySources { in_flight: state.in_flight.clone(), tail: (tail_start, state.tail.clone()) }
     }
 
-    /// Appends (consecutive, in order): full blocks go to the device now, in one write, and the
-    /// rest joins the tail. Returns the write to run, if any; the state is updated before any
-    /// await, so appends apply in the order they were asked for.
+    /// Appends (consecutive, in order), in one write from the block the tail starts: the tail,
+    /// the parts, and the last partial block padded with zeros, so that a completed append is in
+    /// the file (it survives the process, as a completed write must) and not only in the tail
+    /// this driver keeps for the next append, which writes that block again. Returns the write
+    /// to run; the state is updated before any await, so appends apply in the order asked.
     fn append(
         self: &Rc<Self>,
         offset: u64,
@@ -462,34 +464,30 @@ impl DirectFile {
         }
         let start = state.logical_end - state.tail.len() as u64;
         let kept = state.tail.len();
-        let full = (kept + len) / BLOCK as usize * BLOCK as usize;
+        let filled = kept + len;
+        let full = filled / BLOCK as usize * BLOCK as usize;
+        let padded = filled.div_ceil(BLOCK as usize) * BLOCK as usize;
         let before = (state.logical_end, state.tail.clone(), state.tail_on_disk);
         state.logical_end += len as u64;
-        state.tail_on_disk = false;
-        if full == 0 {
-            parts.iter().for_each(|part| state.tail.extend_from_slice(part));
-            return Ok(None);
-        }
-        // One copy, into the aligned buffer the device reads: the tail, then each part.
-        let mut buffer = self.file.alloc_dma_buffer(full);
+        // One copy, into the aligned buffer the device reads: the tail, then each part, then
+        // zeros to the block's end.
+        let mut buffer = self.file.alloc_dma_buffer(padded);
         let target = buffer.as_bytes_mut();
         target[..kept].copy_from_slice(&state.tail);
         let mut at = kept;
-        let mut tail = Vec::new();
         for part in parts {
-            let room = full - at;
-            let take = room.min(part.len());
-            target[at..at + take].copy_from_slice(&part[..take]);
-            at += take;
-            tail.extend_from_slice(&part[take..]);
+            target[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
         }
-        state.tail = tail;
+        target[filled..].fill(0);
+        state.tail = target[full..filled].to_vec();
+        state.tail_on_disk = false;
         let buffer = Rc::new(buffer);
         state.in_flight.push((start, buffer.clone()));
         let direct = self.clone();
         Ok(Some(async move {
             let result = match direct.file.write_rc_at(buffer.clone(), start).await.map_err(glommio_error) {
-                Ok(written) if written >= full => Ok(()),
+                Ok(written) if written >= padded => Ok(()),
                 Ok(_) => Err(IoError::NoSpace),
                 Err(error) => Err(error),
             };
@@ -500,6 +498,8 @@ impl DirectFile {
                 // tail bytes of earlier (completed) appends included. Ops on one file run one at
                 // a time, so nothing changed the state meanwhile.
                 (state.logical_end, state.tail, state.tail_on_disk) = before;
+            } else {
+                state.tail_on_disk = true;
             }
             result
         }))

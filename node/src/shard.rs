@@ -144,9 +144,13 @@ impl Group<PartitionMachine> {
         let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
         let durable = self.replica.superblock_durable();
         let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };
+        segments.set_enforced(self.replica.config().sync_writes);
         segments.follow(&mut group_io, self.replica.state_machine_mut(), ready, checkpoint);
         if self.replica.status() == Status::Normal {
             segments.speculate(&mut group_io, &self.replica);
+        }
+        if let Some(cursor) = self.replica.checkpoint_waiting_for() {
+            segments.sync_for_checkpoint(&mut group_io, cursor);
         }
         // The group's checkpoints wait for the log to hold their state durably, and its
         // acknowledgements for the log to hold the prepares' batches.
@@ -439,7 +443,9 @@ impl<M: MetadataPlane> Shard<M> {
         for namespace in namespaces {
             let group = self.partitions.get_mut(&namespace).expect("listed");
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
-            group.segments.as_mut().expect("a partition group has a segment log").tick();
+            let segments = group.segments.as_mut().expect("a partition group has a segment log");
+            segments.tick();
+            segments.sync_if_idle(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
             group.follow(io);
             self.drain_events(namespace);
         }

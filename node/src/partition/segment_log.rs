@@ -177,8 +177,17 @@ pub struct SegmentLog {
     cluster: u128,
     replica: u8,
     replica_count: u8,
-    /// Batches the machine applied that the log does not hold durably yet: (base, end, bytes),
-    /// oldest first, contiguous.
+    /// The group's topic enforces fsync (`Config::sync_writes`): every append is synced as it
+    /// lands, since acknowledgements wait for it. When it does not, a completed write is all an
+    /// acknowledgement promises, and the log is synced only when a checkpoint waits for it
+    /// (`sync_for_checkpoint`), a fetch repaired it, or it went a tick without an append
+    /// (`sync_if_idle`): an fdatasync per batch would buy nothing
+    /// that mode promises and cost a device flush per batch.
+    enforced: bool,
+    /// The log's end at the previous tick: a log that did not grow for a whole tick is idle.
+    end_at_tick: u64,
+    /// Batches the machine applied that the log does not hold yet (synced when `enforced`, else
+    /// written): (base, end, bytes), oldest first, contiguous.
     pending: VecDeque<(u64, u64, Vec<u8>)>,
     /// Every message below is the committed log, as the machine's directory names it; the
     /// batches from here to the log's end were appended from prepares not committed yet (or came
@@ -263,6 +272,8 @@ impl SegmentLog {
             cluster,
             replica,
             replica_count,
+            enforced: true,
+            end_at_tick: 0,
             pending: VecDeque::new(),
             verified_to: 0,
             claimed: 0,
@@ -317,6 +328,39 @@ impl SegmentLog {
             return 0;
         }
         self.log().map_or(0, |log| log.synced_offset().min(self.verified_to))
+    }
+
+    /// Follows the topic's durability mode (`enforced`: every append synced as it lands).
+    pub fn set_enforced(&mut self, enforced: bool) {
+        self.enforced = enforced;
+    }
+
+    /// A checkpoint of the group waits for the log to be durable through `cursor`: the log is
+    /// synced (through all it holds) unless it is already, or a sync covers it. Appends do that
+    /// themselves when fsync is enforced.
+    pub fn sync_for_checkpoint(&mut self, io: &mut impl Io, cursor: u64) {
+        if self.damaged {
+            return;
+        }
+        let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };
+        if log.synced_offset() < cursor.min(log.end_offset()) {
+            log.sync(io);
+        }
+        self.drain_events(io);
+    }
+
+    /// Called every tick: a log that fsync is not enforced on is synced once it went a whole
+    /// tick without growing, so that what a burst wrote is durable soon after it ends, without a
+    /// device flush per batch while it lasts.
+    pub fn sync_if_idle(&mut self, io: &mut impl Io) {
+        let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };
+        let end = log.end_offset();
+        let idle = end == self.end_at_tick;
+        self.end_at_tick = end;
+        if !self.enforced && !self.damaged && idle && log.synced_offset() < end {
+            log.sync(io);
+            self.drain_events(io);
+        }
     }
 
     /// Below this the log holds the batches of the group's prepares as its journal has them now:
@@ -798,10 +842,11 @@ impl SegmentLog {
                 }
             }
         }
-        if appended {
+        if appended && self.enforced {
             log.sync(io);
         }
-        let settled = log.synced_offset().min(self.verified_to);
+        let stored = if self.enforced { log.synced_offset() } else { log.written_offset() };
+        let settled = stored.min(self.verified_to);
         while self.pending.front().is_some_and(|(_, end, _)| *end <= settled) {
             self.pending.pop_front();
         }
@@ -1145,7 +1190,7 @@ impl SegmentLog {
             // Past the journal's head: prepares a view change or a crash took away.
             self.cut_wanted = Some(at);
         }
-        if appended {
+        if appended && self.enforced {
             log.sync(io);
         }
         if self.cut_wanted.is_some() {
