@@ -1564,8 +1564,10 @@ impl Node {
                 Message::new(register, Vec::new()).encode()
             }
             Stage::Sent { .. } | Stage::Register => {
+                // For a group in this process: its replica seals it whole if it passes it on to
+                // another node (`Header::seal_for_network`).
                 let mut header = in_flight.header;
-                header.seal(&in_flight.body);
+                header.seal_header_only(in_flight.body.len());
                 encode_frame(&header, &in_flight.body)
             }
             // Its group answered; what it waits for are other requests in flight.

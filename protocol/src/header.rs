@@ -422,6 +422,22 @@ impl Header {
         self.checksum = self.calculate_checksum();
     }
 
+    /// Seals a request's header alone (size, no body checksum, header checksum): what goes from
+    /// a client's connection to a group in this process, where no bit can change on the way.
+    pub fn seal_header_only(&mut self, body_len: usize) {
+        self.size = (HEADER_SIZE + body_len) as u32;
+        self.checksum_body = 0;
+        self.checksum = self.calculate_checksum();
+    }
+
+    /// A request leaving the process (to its group's primary on another node) carries its body's
+    /// checksum: one sealed only for the process (`seal_header_only`) is sealed whole.
+    pub fn seal_for_network(&mut self, body: &[u8]) {
+        if self.checksum_body == 0 {
+            self.seal(body);
+        }
+    }
+
     pub fn valid_checksum(&self) -> bool {
         self.checksum == self.calculate_checksum()
     }
@@ -473,15 +489,18 @@ impl Message {
             return Err(DecodeError::Size { size: header.size, got: bytes.len() });
         }
         let body = &bytes[HEADER_SIZE..];
-        let zero = !checksummed && header.checksum == 0 && header.checksum_body == 0;
-        if !zero {
-            // Over the bytes as received, not as re-encoded: no bit may escape the checksum.
-            if header.checksum != checksum128(&bytes[16..HEADER_SIZE]) {
-                return Err(DecodeError::Checksum);
-            }
-            if !header.valid_checksum_body(body) {
-                return Err(DecodeError::ChecksumBody);
-            }
+        // A frame that need not be checksummed (a client's request) is checked as far as it is:
+        // a zero checksum is one its sender left out. A request that never left the process has
+        // only its header sealed; one that goes on to another node is sealed whole first
+        // (`Header::seal_for_network`).
+        let header_checked = checksummed || header.checksum != 0;
+        let body_checked = checksummed || header.checksum_body != 0;
+        // Over the bytes as received, not as re-encoded: no bit may escape the checksum.
+        if header_checked && header.checksum != checksum128(&bytes[16..HEADER_SIZE]) {
+            return Err(DecodeError::Checksum);
+        }
+        if body_checked && !header.valid_checksum_body(body) {
+            return Err(DecodeError::ChecksumBody);
         }
         Ok((header, body))
     }
@@ -572,6 +591,28 @@ mod tests {
             let _ = Message::decode(&bytes, false);
             let _ = Message::decode(&bytes, true);
         }
+    }
+
+    #[test]
+    fn a_request_sealed_for_the_process_is_sealed_whole_before_it_leaves_it() {
+        let mut header = Header::new(Command::Request, 7, 0);
+        header.client = 42;
+        let body = vec![9u8; 300];
+        header.seal_header_only(body.len());
+        let mut bytes = encode_frame(&header, &body);
+        // In the process: the header is checked, the body is not hashed.
+        assert!(Message::decode(&bytes, false).is_ok());
+        bytes[HEADER_SIZE + 5] ^= 1;
+        assert!(Message::decode(&bytes, false).is_ok());
+        bytes[20] ^= 1;
+        assert_eq!(Message::decode(&bytes, false), Err(DecodeError::Checksum));
+        // Leaving it: sealed whole, and any flipped body bit is caught.
+        header.seal_for_network(&body);
+        assert_ne!(header.checksum_body, 0);
+        let mut bytes = encode_frame(&header, &body);
+        assert!(Message::decode(&bytes, true).is_ok());
+        bytes[HEADER_SIZE + 5] ^= 1;
+        assert_eq!(Message::decode(&bytes, false), Err(DecodeError::ChecksumBody));
     }
 
     #[test]

@@ -72,7 +72,9 @@ impl Journal {
     pub fn insert(&mut self, entry: Entry) {
         assert_eq!(entry.header.command, Command::Prepare);
         if let Some(body) = &entry.body {
-            assert!(entry.header.valid_checksum_body(body));
+            // Every body came in checked (a frame's checksums) or was just sealed: proving it
+            // again would hash each prepare twice more (insert, and the put-back after execute).
+            debug_assert!(entry.header.valid_checksum_body(body));
         }
         let index = self.index(entry.header.op);
         if self.slots[index]

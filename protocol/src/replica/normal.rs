@@ -40,6 +40,8 @@ impl<S: StateMachine> Replica<S> {
         if !self.is_primary() {
             // The client guessed wrong: pass the request on to the primary of our view, as the
             // client sent it (its group field, if it names one, routes it on the primary's node).
+            let mut message = message;
+            message.header.seal_for_network(&message.body);
             io.send(Peer::Replica(self.primary_of(self.view)), message.encode());
             return;
         }

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Vireo and the reference server side by side, by the reference's own bench and by ours, in one run
+# on this machine. Not part of CI (it takes 10 to 20 minutes and wants the machine to itself).
+#   ci/bench-vs-iggy.sh IGGY_BIN
+# IGGY_BIN: a directory holding `iggy-server` and `iggy-bench` built from apache/iggy at tag
+# server-0.9.0-edge.5 (their build needs libhwloc-dev and libudev-dev and takes 10 to 30 minutes on
+# 2 cores). This script does not build them: no recipe for building the reference lives in this
+# repository; build them yourself from a checkout of that tag (the server with its mimalloc
+# feature, both with --release) and pass the directory their binaries are in.
+#
+# For each workload of the performance issue: three rounds, alternating iggy-server and
+# vireo-server, each on a fresh data directory with the same shard count (SHARDS, default 2),
+# pinned one shard per core; each round measured by iggy-bench. Then one round of vireo-bench
+# against each server, to show the two benches agree. Then a three-node vireo cluster (one shard
+# per node) under the pinned producer. Prints one table: both sides' median MB/s, P50, P99 and
+# P999 (ms) and peak RSS (MB, the server's VmHWM), and the ratios (MB/s: vireo / iggy; latency:
+# iggy / vireo, so above 1 is Vireo ahead on both). Raw outputs go to target/bench-vs-iggy/.
+set -euo pipefail
+[ $# -eq 1 ] || { echo "usage: $0 IGGY_BIN (a directory with iggy-server and iggy-bench of server-0.9.0-edge.5)"; exit 2; }
+iggy_bin=$(cd "$1" && pwd)
+for binary in iggy-server iggy-bench; do
+    [ -x "$iggy_bin/$binary" ] || { echo "$iggy_bin/$binary: not an executable"; exit 2; }
+done
+root=$(cd "$(dirname "$0")/.." && pwd)
+shards=${SHARDS:-2}
+rounds=${ROUNDS:-3}
+out="$root/target/bench-vs-iggy"
+rm -rf "$out" && mkdir -p "$out"
+(cd "$root" && cargo build --release -p vireo-node --bin vireo-server --bin vireo-bench --bin vireo-cluster)
+vireo_server="$root/target/release/vireo-server"
+vireo_bench="$root/target/release/vireo-bench"
+
+common="-m 1000 -P 250"
+names=(pinned-producer pinned-consumer balanced-producer end-to-end fsync-producer)
+declare -A workload=(
+    [pinned-producer]="-T 1GB pinned-producer -s 2 -p 2"
+    [pinned-consumer]="-T 1GB pinned-consumer -s 2 -c 2"
+    [balanced-producer]="-T 1GB balanced-producer -p 4 -a 8"
+    [end-to-end]="-T 500MB end-to-end-producing-consumer -s 2 -p 2"
+    [fsync-producer]="-T 500MB --enforce-fsync pinned-producer -s 2 -p 2"
+)
+# What the pinned consumer reads: a producer run on the same fresh server first, not measured.
+fill="-T 1GB pinned-producer -s 2 -p 2"
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+server_pid=""
+server_dir=""
+stop_server() {
+    if [ -n "$server_pid" ]; then
+        kill -TERM "$server_pid" 2>/dev/null || true
+        for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+    fi
+    server_pid=""
+    [ -n "$server_dir" ] && rm -rf "$server_dir"
+    server_dir=""
+}
+trap stop_server EXIT
+
+# start_server SIDE: a fresh data directory, a free port; sets server_pid and port.
+start_server() {
+    local side=$1
+    server_dir=$(mktemp -d -p "$out" "$side-XXXX")
+    port=$(free_port)
+    if [ "$side" = iggy ]; then
+        # The reference writes its logs and data under its working directory's system path.
+        (cd "$server_dir" && IGGY_SYSTEM_PATH="$server_dir/data" IGGY_TCP_ADDRESS="127.0.0.1:$port" \
+            IGGY_HTTP_ENABLED=false IGGY_QUIC_ENABLED=false IGGY_WEBSOCKET_ENABLED=false \
+            IGGY_SYSTEM_SHARDING_CPU_ALLOCATION="$shards" IGGY_ROOT_USERNAME=iggy IGGY_ROOT_PASSWORD=iggy \
+            exec "$iggy_bin/iggy-server" --with-default-root-credentials) >"$server_dir.log" 2>&1 &
+    else
+        VIREO_SYSTEM_PATH="$server_dir/data" VIREO_TCP_ADDRESS="127.0.0.1:$port" VIREO_HTTP_ENABLED=false \
+            VIREO_SYSTEM_SHARDING_CPU_ALLOCATION="$shards" \
+            "$vireo_server" --with-default-root-credentials >"$server_dir.log" 2>&1 &
+    fi
+    server_pid=$!
+    for _ in $(seq 1 200); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+        kill -0 "$server_pid" 2>/dev/null || { cat "$server_dir.log"; echo "$side server exited"; exit 1; }
+        sleep 0.1
+    done
+    cat "$server_dir.log"
+    echo "$side server did not listen on $port"
+    exit 1
+}
+
+peak_rss_mb() {
+    awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$server_pid/status" 2>/dev/null || echo 0
+}
+
+# iggy_bench_figures FILE: "MB/s P50 P99 P999" from iggy-bench's results line.
+iggy_bench_figures() {
+    local line
+    line=$(grep -a "Results: Total throughput" "$1" | tail -1)
+    [ -n "$line" ] || { echo "no results in $1:"; tail -20 "$1"; return 1; }
+    echo "$line" | sed -E 's/.*Total throughput: ([0-9.]+) MB\/s.* p50 latency: ([0-9.]+) ms.* p99 latency: ([0-9.]+) ms, p999 latency: ([0-9.]+) ms.*/\1 \2 \3 \4/'
+}
+
+# vireo_bench_figures FILE: "MB/s P50 P99 P999" from vireo-bench's total row.
+vireo_bench_figures() {
+    awk '$1 == "total" && NF == 10 { print $2, $4, $6, $7 }' "$1"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+# measure SIDE NAME ROUND: one iggy-bench round against a fresh server of SIDE.
+declare -A figures
+measure() {
+    local side=$1 name=$2 round=$3 log="$out/$2.$1.$3.log"
+    start_server "$side"
+    if [ "$name" = pinned-consumer ]; then
+        # shellcheck disable=SC2086
+        "$iggy_bin/iggy-bench" $common $fill tcp --server-address "127.0.0.1:$port" >"$log.fill" 2>&1
+    fi
+    # shellcheck disable=SC2086
+    timeout 600 "$iggy_bin/iggy-bench" $common ${workload[$name]} tcp --server-address "127.0.0.1:$port" >"$log" 2>&1 || true
+    local rss
+    rss=$(peak_rss_mb)
+    stop_server
+    local measured
+    measured=$(iggy_bench_figures "$log") || { echo "$measured"; exit 1; }
+    figures[$name.$side.$round]="$measured $rss"
+    echo "  $name $side round $round: $measured (MB/s P50 P99 P999), peak RSS $rss MB"
+}
+
+# cross NAME SIDE: one vireo-bench round against a fresh server of SIDE.
+declare -A cross_figures
+cross() {
+    local name=$1 side=$2 log="$out/$1.$2.vireo-bench.log"
+    start_server "$side"
+    if [ "$name" = pinned-consumer ]; then
+        # shellcheck disable=SC2086
+        "$vireo_bench" $common $fill tcp --server-address "127.0.0.1:$port" >"$log.fill" 2>&1
+    fi
+    # shellcheck disable=SC2086
+    timeout 600 "$vireo_bench" $common ${workload[$name]} tcp --server-address "127.0.0.1:$port" >"$log" 2>&1 || true
+    stop_server
+    cross_figures[$name.$side]=$(vireo_bench_figures "$log")
+    [ -n "${cross_figures[$name.$side]}" ] || { echo "vireo-bench gave no total:"; tail -5 "$log"; exit 1; }
+    echo "  $name vireo-bench against $side: ${cross_figures[$name.$side]} (MB/s P50 P99 P999)"
+}
+
+echo "== iggy-bench, $rounds rounds alternating, $shards shards, fresh data directories"
+for name in "${names[@]}"; do
+    for round in $(seq 1 "$rounds"); do
+        if [ $((round % 2)) -eq 1 ]; then order="iggy vireo"; else order="vireo iggy"; fi
+        for side in $order; do measure "$side" "$name" "$round"; done
+    done
+done
+
+echo "== vireo-bench against both servers"
+for name in "${names[@]}"; do
+    for side in iggy vireo; do cross "$name" "$side"; done
+done
+
+echo "== a three-node vireo cluster on this machine (one shard per node), pinned producer"
+cluster_dir="$out/cluster"
+"$root/target/release/vireo-cluster" --nodes 3 --shards 1 --dir "$cluster_dir" --fresh >"$out/cluster.log" 2>&1 &
+cluster_pid=$!
+cluster_address=""
+for _ in $(seq 1 300); do
+    cluster_address=$(sed -n 's/^node 0: clients \([0-9.:]*\),.*/\1/p' "$out/cluster.log")
+    grep -q "nodes started" "$out/cluster.log" && [ -n "$cluster_address" ] && break
+    sleep 0.1
+done
+sleep 2
+# shellcheck disable=SC2086
+timeout 600 "$iggy_bin/iggy-bench" $common ${workload[pinned-producer]} tcp --server-address "$cluster_address" \
+    >"$out/cluster.iggy-bench.log" 2>&1 || true
+cluster_figures=$(iggy_bench_figures "$out/cluster.iggy-bench.log" || echo "- - - -")
+kill -TERM "$cluster_pid" 2>/dev/null || true
+wait "$cluster_pid" 2>/dev/null || true
+echo "  cluster of 3: $cluster_figures (MB/s P50 P99 P999)"
+
+echo
+echo "Medians of $rounds rounds (iggy-bench $common, $shards shards, loopback TCP, $(nproc) cores):"
+printf '%-18s | %9s %9s %7s | %7s %7s %7s | %7s %7s %7s | %8s %8s | %6s %6s | %5s %5s\n' \
+    workload "iggy MB/s" "vireo" ratio "iggy P50" vireo ratio "iggy P99" vireo ratio "iggy P999" vireo \
+    "RSS i" "RSS v" "vb/ib i" "vb/ib v"
+wins_12=0; wins_10=0; p99_ok=0
+for name in "${names[@]}"; do
+    unset med
+    declare -A med
+    for side in iggy vireo; do
+        for field in 1 2 3 4 5; do
+            values=()
+            for round in $(seq 1 "$rounds"); do
+                values+=("$(echo "${figures[$name.$side.$round]}" | cut -d' ' -f$field)")
+            done
+            med[$side.$field]=$(median "${values[@]}")
+        done
+    done
+    mbps_ratio=$(ratio "${med[vireo.1]}" "${med[iggy.1]}")
+    agree_iggy=$(ratio "$(echo "${cross_figures[$name.iggy]}" | cut -d' ' -f1)" "${med[iggy.1]}")
+    agree_vireo=$(ratio "$(echo "${cross_figures[$name.vireo]}" | cut -d' ' -f1)" "${med[vireo.1]}")
+    printf '%-18s | %9s %9s %7s | %7s %7s %7s | %7s %7s %7s | %8s %8s | %6s %6s | %7s %7s\n' "$name" \
+        "${med[iggy.1]}" "${med[vireo.1]}" "$mbps_ratio" \
+        "${med[iggy.2]}" "${med[vireo.2]}" "$(ratio "${med[iggy.2]}" "${med[vireo.2]}")" \
+        "${med[iggy.3]}" "${med[vireo.3]}" "$(ratio "${med[iggy.3]}" "${med[vireo.3]}")" \
+        "${med[iggy.4]}" "${med[vireo.4]}" "${med[iggy.5]}" "${med[vireo.5]}" "$agree_iggy" "$agree_vireo"
+    awk -v r="$mbps_ratio" 'BEGIN { exit !(r >= 1.2) }' && wins_12=$((wins_12 + 1))
+    awk -v r="$mbps_ratio" 'BEGIN { exit !(r >= 1.0) }' && wins_10=$((wins_10 + 1))
+    awk -v i="${med[iggy.3]}" -v v="${med[vireo.3]}" 'BEGIN { exit !(v <= i) }' && p99_ok=$((p99_ok + 1))
+done
+echo "three-node vireo cluster, pinned producer: $cluster_figures (MB/s P50 P99 P999; single node above)"
+echo "vb/ib: vireo-bench's MB/s over iggy-bench's median against the same server (agreement)."
+echo "Vireo at least 1.2x on $wins_12 of ${#names[@]} workloads, at least 1.0x on $wins_10, P99 no worse on $p99_ok."
