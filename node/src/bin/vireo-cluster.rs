@@ -76,9 +76,7 @@ fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     }
     let span = ephemeral_low - FIRST_LISTEN_PORT;
     let mut start = [0u8; 2];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut start))
-        .map_err(|error| format!("cannot read /dev/urandom: {error}"))?;
+    read_urandom(&mut start)?;
     let start = u16::from_le_bytes(start) % span;
     let mut listeners = Vec::with_capacity(count);
     for step in 0..span {
@@ -98,11 +96,15 @@ fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     listeners.iter().map(|listener| Ok(listener.local_addr().map_err(|error| error.to_string())?.port())).collect()
 }
 
+fn read_urandom(bytes: &mut [u8]) -> Result<(), String> {
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(bytes))
+        .map_err(|error| format!("cannot read /dev/urandom: {error}"))
+}
+
 fn random_secret() -> Result<String, String> {
     let mut bytes = [0u8; 24];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut random| random.read_exact(&mut bytes))
-        .map_err(|error| format!("cannot read /dev/urandom: {error}"))?;
+    read_urandom(&mut bytes)?;
     Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
