@@ -190,6 +190,12 @@ pub struct NodeCounters {
     /// Replicated poll replies not sent (their batches could not be read here in time): the
     /// client asks again, and its retry is filled afresh.
     pub poll_replies_dropped: u64,
+    /// Polls without auto-commit that waited for their read index before they were answered.
+    pub reads_indexed: u64,
+    /// Polls without auto-commit refused as retriable: `READS_WAITING_MAX` were waiting, or no
+    /// read index came within `READ_INDEX_ROUNDS_MAX` rounds (no quorum answers, or the group's
+    /// replica here does not catch up).
+    pub reads_refused: u64,
 }
 
 /// A poll waiting for its segment-log read.
@@ -226,6 +232,30 @@ enum PendingAnswer {
     /// A replicated poll's reply (its header), routed on once filled.
     Replicated { header: Header },
 }
+
+/// A poll without auto-commit waiting for its read index (`Replica::read_round`): answered once
+/// this shard's replica of the group executed up to it and the group's segment log here holds
+/// the range the poll reads.
+struct WaitingRead {
+    connection: ConnectionId,
+    request: Header,
+    poll: PartitionRequest,
+    /// The read round it waits for (`None` while the group's replica here is still opening).
+    round: Option<u64>,
+    /// The read index, once its round ended.
+    index: Option<u64>,
+    since_tick: u64,
+    rounds: u32,
+}
+
+/// Polls one shard keeps waiting for their read index; past it a poll is refused as retriable.
+pub const READS_WAITING_MAX: usize = 1024;
+/// Ticks a poll waits for its read index and for the replica to execute up to it before it
+/// asks a fresh round (the index may name an op a view change discarded, reused only by the
+/// next write).
+pub const READ_INDEX_WAIT_TICKS: u64 = 100;
+/// Rounds a poll asks before it is refused as retriable.
+pub const READ_INDEX_ROUNDS_MAX: u32 = 3;
 
 /// Polls one shard keeps waiting for segment-log reads; past it, a poll without auto-commit is
 /// answered with no messages and a replicated reply is not sent (the client asks again).
@@ -297,6 +327,8 @@ pub struct Node {
     ending: BTreeMap<u128, EndingSession>,
     events: VecDeque<NodeEvent>,
     tick: u64,
+    /// Polls waiting for their read index, oldest first (`READS_WAITING_MAX`).
+    reads_waiting: VecDeque<WaitingRead>,
     /// Polls waiting for their segment-log reads, by read id (`PARKED_READS_MAX`).
     parked_reads: BTreeMap<u64, ParkedRead>,
     read_next: u64,
@@ -323,6 +355,7 @@ impl Node {
             ending: BTreeMap::new(),
             events: VecDeque::new(),
             tick: 0,
+            reads_waiting: VecDeque::new(),
             parked_reads: BTreeMap::new(),
             read_next: 0,
             figures: NodeFigures::default(),
@@ -574,6 +607,7 @@ impl Node {
         for id in late {
             self.finish_log_read(io, id, Err(ReadError::Busy));
         }
+        self.serve_waiting_reads(io);
         if self.tick.is_multiple_of(FIGURES_TICKS) {
             self.send_figures(io);
         }
@@ -612,6 +646,7 @@ impl Node {
                 self.route_client_reply(io, reply);
             }
         }
+        self.serve_waiting_reads(io);
         if publish && self.shard_index() == 0 {
             self.publish(io);
         }
@@ -998,9 +1033,88 @@ impl Node {
             .map_err(|_| STATUS_TRANSIENT_NOT_ACCEPTED)
     }
 
-    /// A poll without auto-commit on this shard: the machine chooses the range, the group's
-    /// segment log gives its batches (the part of it the log holds: a prefix).
+    /// A poll without auto-commit on this shard: it waits for its read index (`read_index`),
+    /// so that it sees every send acknowledged before it arrived, on any node.
     fn serve_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
+        if matches!(self.bug(), Some(Bug::PollWithoutReadIndex | Bug::PollPastCommit)) {
+            self.answer_poll(io, connection, request, poll);
+            return;
+        }
+        if self.reads_waiting.len() == READS_WAITING_MAX {
+            self.refuse_read(io, connection, &request);
+            return;
+        }
+        let group = group_namespace(request.group).expect("a read names its group");
+        let round = self.shard.read_round(&mut ReplyTap { io: &mut *io, replies: Vec::new() }, group);
+        let since_tick = self.tick;
+        self.reads_waiting.push_back(WaitingRead { connection, request, poll, round, index: None, since_tick, rounds: 1 });
+        self.serve_waiting_reads(io);
+    }
+
+    /// Answers the polls whose read index this shard's replicas reached and whose ranges their
+    /// segment logs hold; asks a fresh round for those that waited `READ_INDEX_WAIT_TICKS`, and
+    /// refuses those that asked `READ_INDEX_ROUNDS_MAX`.
+    fn serve_waiting_reads(&mut self, io: &mut impl NodeIo) {
+        let mut at = 0;
+        while at < self.reads_waiting.len() {
+            let group = group_namespace(self.reads_waiting[at].request.group).expect("a read names its group");
+            if self.reads_waiting[at].round.is_none() {
+                let round = self.shard.read_round(&mut ReplyTap { io: &mut *io, replies: Vec::new() }, group);
+                self.reads_waiting[at].round = round;
+            }
+            let waiting = &mut self.reads_waiting[at];
+            let replica = self.shard.partition(group);
+            if let (None, Some(round), Some(replica)) = (waiting.index, waiting.round, replica) {
+                waiting.index = replica.read_index(round);
+            }
+            let ready = match (waiting.index, replica) {
+                (Some(index), Some(replica)) if replica.commit_min() >= index => {
+                    let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = waiting.poll else {
+                        unreachable!("only polls are read locally");
+                    };
+                    let plan = replica.state_machine().plan_read(partition, consumer, strategy, count);
+                    let held_end = self.shard.segment_log(group).map_or(0, |segments| segments.readable_to());
+                    plan.count == 0 || held_end >= plan.start + plan.count as u64
+                }
+                _ => false,
+            };
+            if ready {
+                let read = self.reads_waiting.remove(at).expect("listed");
+                self.counters.reads_indexed += 1;
+                self.answer_poll(io, read.connection, read.request, read.poll);
+                continue;
+            }
+            if waiting.since_tick + READ_INDEX_WAIT_TICKS <= self.tick {
+                if waiting.rounds == READ_INDEX_ROUNDS_MAX {
+                    let read = self.reads_waiting.remove(at).expect("listed");
+                    self.refuse_read(io, read.connection, &read.request);
+                    continue;
+                }
+                waiting.rounds += 1;
+                waiting.since_tick = self.tick;
+                waiting.index = None;
+                waiting.round = self.shard.read_round(&mut ReplyTap { io: &mut *io, replies: Vec::new() }, group);
+            }
+            at += 1;
+        }
+    }
+
+    /// A poll without auto-commit this shard cannot answer truthfully now: refused as retriable.
+    fn refuse_read(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: &Header) {
+        self.counters.reads_refused += 1;
+        let frame = node_reply(
+            request,
+            self.config.shard.metadata.cluster,
+            self.node_index(),
+            STATUS_TRANSIENT_NOT_ACCEPTED,
+            Vec::new(),
+        );
+        self.send_read_answer(io, request.origin, connection, frame);
+    }
+
+    /// A poll without auto-commit answered now: the machine chooses the range, the group's
+    /// segment log gives its batches (the part of it the log holds: a prefix).
+    fn answer_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
         let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = poll else {
             unreachable!("only polls are read locally");
         };
@@ -1019,22 +1133,22 @@ impl Node {
                 bug_plan = Some(committed);
             }
         }
-        let mut plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
+        let plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
             Some(_) if bug_plan.is_some() => bug_plan.take().expect("checked"),
             Some(replica) => replica.state_machine().plan_read(partition, consumer, strategy, count),
             None => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
         };
-        if plan.count > 0 {
-            // What the log here holds of the range: a lagging log answers a prefix.
-            let held_end = self.shard.segment_log(group).map_or(0, |segments| segments.readable_to());
-            let held = held_end.saturating_sub(plan.start).min(plan.count as u64) as u32;
-            if held < plan.count {
-                self.counters.polls_cut += 1;
-                plan.count = held;
-            }
+        // A poll gets its whole range or is refused as retriable (a prefix would miss sends
+        // acknowledged before it): the log here may not hold all of it yet (the read index waits
+        // for that, the planted bugs do not).
+        let held_end = self.shard.segment_log(group).map_or(0, |segments| segments.readable_to());
+        if plan.count > 0 && held_end < plan.start + plan.count as u64 {
+            self.counters.polls_cut += 1;
+            self.refuse_read(io, connection, &request);
+            return;
         }
         // One connection's polls park at most `PARKED_READS_PER_CONNECTION_MAX` reads: a client
-        // that pipelines polls without end gets prefixes, and the others still get reads.
+        // that pipelines polls without end gets refusals, and the others still get reads.
         let parked_here = self
             .parked_reads
             .values()
@@ -1056,7 +1170,8 @@ impl Node {
                 return;
             }
             self.counters.polls_cut += 1;
-            plan.count = 0;
+            self.refuse_read(io, connection, &request);
+            return;
         }
         let frame = self.poll_answer(&request, &plan);
         self.send_read_answer(io, request.origin, connection, frame);
@@ -1133,12 +1248,14 @@ impl Node {
             self.counters.polls_from_log += 1;
         }
         match parked.answer {
+            PendingAnswer::Local { connection, request, .. } if !whole => {
+                // A read failed or took too long: refused as retriable, not answered with a prefix.
+                self.counters.polls_cut += 1;
+                self.refuse_read(io, connection, &request);
+            }
             PendingAnswer::Local { connection, request, past_commit } => {
-                if !whole {
-                    self.counters.polls_cut += 1;
-                }
                 let mut reply = reply;
-                if let Some((count, batches)) = past_commit.filter(|_| whole) {
+                if let Some((count, batches)) = past_commit {
                     reply.count += count;
                     reply.batches.extend_from_slice(&batches);
                 }

@@ -299,6 +299,18 @@ impl<M: MetadataPlane> Shard<M> {
         self.partitions.iter().map(|(namespace, group)| (*namespace, &group.replica))
     }
 
+    /// A read of a hosted partition arrived: the read round it waits for (`Replica::read_round`),
+    /// `None` while the group is not hosted or still opening.
+    pub fn read_round(&mut self, io: &mut impl Io, namespace: Namespace) -> Option<u64> {
+        let group = self.partitions.get_mut(&namespace)?;
+        if group.replica.status() == Status::Opening {
+            return None;
+        }
+        let round = group.replica.read_round(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
+        self.drain_events(namespace);
+        Some(round)
+    }
+
     /// Starts a read of a hosted partition's segment log (see `SegmentLog::read`).
     pub fn read_segment_log(
         &mut self,

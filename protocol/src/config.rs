@@ -59,10 +59,14 @@ pub enum Bug {
     /// that overtakes an earlier one on the way makes the earlier one stale in the group's
     /// client table, never applied and never answered.
     PipelinedRequestsOvertake,
+    /// A node answers a poll without auto-commit from its replica's committed state as it
+    /// stands, with no read index: a backup that has not yet heard of a commit answers without
+    /// a send acknowledged before the poll was sent.
+    PollWithoutReadIndex,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 18] = [
+    pub const ALL: [Bug; 19] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -81,6 +85,7 @@ impl Bug {
         Bug::DeletionNotDurable,
         Bug::PipelinedRequestsOvertake,
         Bug::RejoinWithoutGuard,
+        Bug::PollWithoutReadIndex,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

@@ -313,7 +313,16 @@ impl Cluster {
             self.log(|| format!("r{index} partition log recovered to offset {end}"));
         }
         if news.failed {
-            self.log(|| format!("r{index} partition log failed: reopening"));
+            self.log(|| format!("r{index} partition log failed: reopening once its I/O is done"));
+        }
+        // A failed log is opened again from its files only once none of its I/O is in flight (as
+        // vireo-node's segment log does): a write of the failed log that lands after the new log
+        // listed and read the files sits past the end its recovery found, uncut, is made durable
+        // by that recovery's syncs, and after the next appends (and a seal) reads back as damage
+        // in a sealed segment (seed 8874).
+        let mirror = self.nodes[index as usize].mirror.as_ref();
+        if mirror.is_some_and(|mirror| mirror.is_failed() && mirror.ops_in_flight() == 0) {
+            self.log(|| format!("r{index} partition log reopening"));
             self.open_mirror(index);
         }
         self.feed_mirror(index);

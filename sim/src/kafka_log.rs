@@ -47,6 +47,14 @@
 //!   partition. `GroupUncovered`: in an assignment with at least one member, some partition in
 //!   `0..partitions_count` is owned by nobody, or a member owns a partition id >=
 //!   `partitions_count`. Checked at once.
+//! - `StaleRead` (real-time order, what makes reads linearizable): a poll by offset invoked
+//!   after a send's acknowledgement (at an earlier instant of `advance`'s clock), asking from at
+//!   or below the send's offset and for enough messages to reach it, returns it. Each poll names
+//!   its range and when it was invoked (`polled_at`); the acknowledged offsets in that range it
+//!   did not return are stale unless the reply was cut by its size (`PollAsk::size_cut`), or,
+//!   with retention, they lie below the first offset returned and the final read starts past
+//!   them (checked at `finish`). Polls that auto-commit name no range: they are replicated,
+//!   so consensus orders them.
 //! - Two more, beyond Jepsen's list, that the observations make free to check: `AbortedRead`, a
 //!   read (poll or final) of a value whose every send definitely failed; `UnknownValue`, a read
 //!   of a value no producer ever sent (a corrupted or invented message).
@@ -180,6 +188,21 @@ pub enum Anomaly {
     )]
     GroupUncovered { at: u64, group: GroupKey, partitions_count: u32, partition: u32, owner: Option<u128> },
     #[error(
+        "stale read: {reader} polled {partition} from offset {from} for {count} messages at instant {invoked_at}, after value {value:#x} was acknowledged at offset {offset} (instant {acked_at}), and was returned {}",
+        match returned_to { Some(last) => format!("offsets up to {last} only"), None => "nothing".to_string() }
+    )]
+    StaleRead {
+        reader: Reader,
+        partition: PartitionKey,
+        from: u64,
+        count: u64,
+        invoked_at: u64,
+        offset: u64,
+        value: u128,
+        acked_at: u64,
+        returned_to: Option<u64>,
+    },
+    #[error(
         "aborted read: value {value:#x} at offset {offset} of {partition} (per {reported_by}) was never written: every send of it definitely failed"
     )]
     AbortedRead { partition: PartitionKey, offset: u64, value: u128, reported_by: Source },
@@ -237,7 +260,21 @@ struct OffsetRecord {
     /// The first observation of this offset, named in anomalies.
     source: Source,
     acked: bool,
+    /// The instant (`advance`) of the first acknowledgement that placed the value here.
+    acked_at: Option<u64>,
     polled: bool,
+}
+
+/// What a poll by offset asked, for the real-time rule (`StaleRead`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollAsk {
+    pub from: u64,
+    pub count: u64,
+    /// The instant (`advance`'s clock) the poll was sent: acknowledgements observed at an
+    /// earlier instant happened before it.
+    pub invoked_at: u64,
+    /// The reply may hold fewer messages than asked because of its size, not its staleness.
+    pub size_cut: bool,
 }
 
 #[derive(Default)]
@@ -281,6 +318,11 @@ pub struct KafkaLogChecker {
     head_skips: Vec<(Reader, PartitionKey, u64, u64)>,
     /// Acks without offsets, placed by `place_unplaced_acks`: (producer, partition, values).
     unplaced: Vec<(u64, PartitionKey, Vec<u128>)>,
+    /// The instant observations are made at (`advance`): real time, for `StaleRead`.
+    now: u64,
+    /// Acknowledged offsets a poll did not return below its first returned offset, allowed only
+    /// if retention removed them (the final read starts past them): checked at `finish`.
+    stale_below_start: Vec<Anomaly>,
     summary: CheckSummary,
 }
 
@@ -302,6 +344,8 @@ impl KafkaLogChecker {
             late_commits: HashMap::new(),
             head_skips: Vec::new(),
             unplaced: Vec::new(),
+            now: 0,
+            stale_below_start: Vec::new(),
             summary: CheckSummary::default(),
         }
     }
@@ -309,6 +353,13 @@ impl KafkaLogChecker {
     /// A checker for partitions whose retention may remove a prefix of each.
     pub fn with_retention() -> KafkaLogChecker {
         KafkaLogChecker { retention: true, ..KafkaLogChecker::new() }
+    }
+
+    /// Observations from now on are made at instant `now` (never earlier than before): what
+    /// orders an acknowledgement before a poll's invocation.
+    pub fn advance(&mut self, now: u64) {
+        assert!(now >= self.now, "time goes forward");
+        self.now = now;
     }
 
     /// The counts so far.
@@ -358,8 +409,11 @@ impl KafkaLogChecker {
         for (index, &value) in values.iter().enumerate() {
             let offset = base_offset + index as u64;
             self.observe(partition, offset, value, Source::Ack { producer })?;
-            self.partitions.get_mut(&partition).expect("observed").offsets.get_mut(&offset).expect("observed").acked =
-                true;
+            let now = self.now;
+            let entry = self.partitions.get_mut(&partition).expect("observed").offsets.get_mut(&offset);
+            let entry = entry.expect("observed");
+            entry.acked = true;
+            entry.acked_at = Some(entry.acked_at.map_or(now, |at| at.min(now)));
             let record = self.values.get_mut(&value).expect("checked by send_outcome");
             if !record.acked {
                 record.acked = true;
@@ -536,6 +590,50 @@ impl KafkaLogChecker {
         Ok(())
     }
 
+    /// What one poll by offset returned (`polled`), held to real time as well: every value
+    /// acknowledged before `ask.invoked_at` in the range it asked is returned (`StaleRead`).
+    pub fn polled_at(
+        &mut self,
+        consumer: u64,
+        partition: PartitionKey,
+        ask: PollAsk,
+        messages: &[(u64, u128)],
+    ) -> Result<(), Anomaly> {
+        self.polled(consumer, partition, ask.from, messages)?;
+        let returned_to = messages.last().map(|(offset, _)| *offset);
+        let first_returned = messages.first().map(|(offset, _)| *offset);
+        let Some(record) = self.partitions.get(&partition) else { return Ok(()) };
+        let end = ask.from.saturating_add(ask.count);
+        let stale = record.offsets.range(ask.from..end).find(|(offset, entry)| {
+            let before = entry.acked_at.is_some_and(|at| at < ask.invoked_at);
+            let missed = match (first_returned, returned_to) {
+                (Some(first), Some(last)) => **offset < first || (**offset > last && !ask.size_cut),
+                _ => true,
+            };
+            before && missed
+        });
+        let Some((&offset, entry)) = stale else { return Ok(()) };
+        let anomaly = Anomaly::StaleRead {
+            reader: Reader::Consumer(consumer),
+            partition,
+            from: ask.from,
+            count: ask.count,
+            invoked_at: ask.invoked_at,
+            offset,
+            value: entry.value,
+            acked_at: entry.acked_at.expect("acknowledged"),
+            returned_to,
+        };
+        // Retention may have removed the head of the range (not what lies after a returned
+        // offset): that is for the final read's start to say.
+        let head = first_returned.is_none_or(|first| offset < first);
+        if self.retention && head {
+            self.stale_below_start.push(anomaly);
+            return Ok(());
+        }
+        Err(anomaly)
+    }
+
     /// The consumer gave up on an auto-commit poll of at most `count` messages: it may still land
     /// (a request once sent can commit later), storing the consumer's offset up to `count` past
     /// wherever it then is. A later skip of at most `count` offsets, once, is that poll's.
@@ -630,6 +728,12 @@ impl KafkaLogChecker {
                 });
             }
         }
+        for anomaly in &self.stale_below_start {
+            let Anomaly::StaleRead { partition, offset, .. } = anomaly else { unreachable!("only stale reads") };
+            if *offset >= self.partitions.get(partition).map_or(0, |record| record.final_start) {
+                return Err(anomaly.clone());
+            }
+        }
         for &(reader, partition, expected, offset) in &self.head_skips {
             let start = self.partitions.get(&partition).map_or(0, |record| record.final_start);
             if offset > start {
@@ -691,7 +795,7 @@ impl KafkaLogChecker {
             }
             None => record.place = Some((partition, offset, source)),
         }
-        offsets.entry(offset).or_insert(OffsetRecord { value, source, acked: false, polled: false });
+        offsets.entry(offset).or_insert(OffsetRecord { value, source, acked: false, acked_at: None, polled: false });
         Ok(())
     }
 }
@@ -1095,6 +1199,66 @@ mod tests {
             anomaly,
             Anomaly::UnknownValue { partition: P0, offset: 1, value: 99, reported_by: Source::FinalRead }
         );
+    }
+
+    fn ask(from: u64, count: u64, invoked_at: u64) -> PollAsk {
+        PollAsk { from, count, invoked_at, size_cut: false }
+    }
+
+    /// The real-time rule: a poll invoked after an acknowledgement returns the acknowledged
+    /// value when it asked for its offset; one invoked before it (or at the same instant, where
+    /// the order is unknown) may miss it.
+    #[test]
+    fn a_poll_after_an_ack_that_misses_it_is_a_stale_read() {
+        let mut checker = KafkaLogChecker::new();
+        checker.advance(5);
+        produce(&mut checker, 1, P0, 0, &[10, 11]);
+        checker.advance(6);
+        produce(&mut checker, 1, P0, 2, &[12]);
+        // Invoked at 5: the ack of 12 (at 6) came after it; 10 and 11 are returned.
+        checker.polled_at(100, P0, ask(0, 10, 5), &[]).unwrap();
+        checker.polled_at(101, P0, ask(0, 10, 6), &at(0, &[10, 11])).unwrap();
+        // Invoked at 7: all three were acknowledged before, and it stops at 11.
+        let anomaly = checker.polled_at(102, P0, ask(0, 10, 7), &at(0, &[10, 11])).unwrap_err();
+        assert_eq!(
+            anomaly,
+            Anomaly::StaleRead {
+                reader: Reader::Consumer(102),
+                partition: P0,
+                from: 0,
+                count: 10,
+                invoked_at: 7,
+                offset: 2,
+                value: 12,
+                acked_at: 6,
+                returned_to: Some(1),
+            }
+        );
+        // An empty answer from a node that has not caught up is the bug the rule is for.
+        let anomaly = checker.polled_at(103, P0, ask(2, 1, 7), &[]).unwrap_err();
+        assert!(matches!(anomaly, Anomaly::StaleRead { offset: 2, returned_to: None, .. }));
+        // Asked too few to reach it, or cut by its size: not stale.
+        checker.polled_at(104, P0, ask(0, 2, 7), &at(0, &[10, 11])).unwrap();
+        let cut = PollAsk { size_cut: true, ..ask(0, 10, 7) };
+        checker.polled_at(105, P0, cut, &at(0, &[10])).unwrap();
+        checker.polled_at(106, P0, ask(0, 10, 9), &at(0, &[10, 11, 12])).unwrap();
+        checker.final_read(P0, 0, &at(0, &[10, 11, 12])).unwrap();
+        checker.finish().unwrap();
+    }
+
+    /// With retention, acknowledged offsets at the head of a poll's range may have been retained
+    /// away: stale only if the final read still holds them.
+    #[test]
+    fn retention_excuses_a_stale_head_only_below_the_final_start() {
+        for (final_start, stale) in [(2, false), (1, true)] {
+            let mut checker = KafkaLogChecker::with_retention();
+            produce(&mut checker, 1, P0, 0, &[10, 11, 12]);
+            checker.advance(1);
+            checker.polled_at(100, P0, ask(0, 2, 1), &[]).unwrap();
+            let held: Vec<u128> = [10, 11, 12][final_start as usize..].to_vec();
+            checker.final_read(P0, final_start, &at(final_start, &held)).unwrap();
+            assert_eq!(checker.finish().is_err(), stale, "final read from {final_start}");
+        }
     }
 
     /// With retention, a consumer that finds its next offsets retained away goes on from the

@@ -62,7 +62,7 @@ pub struct MirrorNews {
     pub durable: Option<u64>,
     /// The log reopened (after a crash or failure) and recovered up to this end offset.
     pub reopened_end: Option<u64>,
-    /// The log failed and must be reopened.
+    /// The log failed and must be reopened (once none of its I/O is in flight).
     pub failed: bool,
 }
 
@@ -82,6 +82,17 @@ impl PartitionMirror {
 
     pub fn is_open(&self) -> bool {
         self.log.status() == Status::Open
+    }
+
+    /// The log failed (a sync failed, or its recovery could not list or fix up its files): it is
+    /// to be opened again once `ops_in_flight` is 0.
+    pub fn is_failed(&self) -> bool {
+        matches!(self.log.status(), Status::Failed(_))
+    }
+
+    /// The log's I/O requests not completed yet: its writes may still land on the disk.
+    pub fn ops_in_flight(&self) -> usize {
+        self.log.ops_in_flight()
     }
 
     /// Appends the entries the replica has applied beyond the log's end, and asks for them to be

@@ -736,6 +736,13 @@ impl SegmentLog {
         if self.skipped_to.is_some_and(|to| first >= to) {
             self.skipped_to = None;
         }
+        // Before anything below the machine's first offset counts as held (a skip over a hole
+        // there, `verified_to`, and so `ack_cursor`), what the log holds there is checked against
+        // the batches the machine applied: a restart's tail may be another view's.
+        if !self.check_below_first(io, first) {
+            return;
+        }
+        let log = self.log.as_mut().expect("open");
         let end = log.end_offset();
         // A log that skipped to where a peer's retention starts is past its machine on purpose.
         let skipped = self.skipped_to.is_some_and(|to| log.first_offset() <= to);
@@ -774,7 +781,8 @@ impl SegmentLog {
         // Segments go once the durable checkpoint no longer needs them: a restart from it finds
         // every batch it goes on from (retention at the ops it replays runs again).
         log.retain_from(io, floor);
-        // What lies below the machine's first offset is going: nothing there to check.
+        // Below the machine's first offset its directory names nothing to check against: what
+        // `check_below_first` could not check (no applied batch starts there) is taken as it is.
         self.verified_to = self.verified_to.max(first).clamp(log.first_offset(), log.end_offset());
         if !self.cut(io) {
             return;
@@ -868,6 +876,38 @@ impl SegmentLog {
             self.counters.fetches_sent += 1;
         }
         self.drain_events(io);
+    }
+
+    /// Checks what the log holds from `verified_to` up to the machine's first offset, batch by
+    /// batch, against the batches the machine applied since (`pending`, kept down to what the
+    /// durable checkpoint still needs): the machine's retention dropped them from its directory,
+    /// but the WAL's elided prepares past that checkpoint take their batches back from here at a
+    /// restart, and the replica acknowledges them once this log counts them held. A batch that
+    /// differs (a tail kept from before a view change replaced its prepares, at offsets the new
+    /// view's batches took) is cut, and the applied ones are appended in its place. Stops where
+    /// no applied batch starts. False while the cut waits for the log's I/O (or the log is
+    /// dropped, for a cut deeper than it remembers). Only on a cluster: a single node's WAL keeps
+    /// its prepares whole.
+    fn check_below_first(&mut self, io: &mut impl Io, first: u64) -> bool {
+        if self.replica_count == 1 {
+            return true;
+        }
+        let Some(log) = self.log.as_ref() else { return true };
+        while self.verified_to < first.min(log.end_offset()) {
+            let at = self.verified_to;
+            let Ok(index) = self.pending.binary_search_by_key(&at, |(base, ..)| *base) else { break };
+            let (_, end, bytes) = &self.pending[index];
+            let applied = BatchHeader::decode(bytes).expect("an applied batch is stamped");
+            let same = log.remembered(at).is_some_and(|held| {
+                held.end_offset == *end && held.len == applied.batch_length && held.checksum == applied.batch_checksum
+            });
+            if !same {
+                self.cut_wanted = Some(at);
+                return self.cut(io);
+            }
+            self.verified_to = *end;
+        }
+        true
     }
 
     /// Opens the log from its files, claiming the group's durable checkpoint: durable and

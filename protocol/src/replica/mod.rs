@@ -23,6 +23,7 @@
 
 mod durability;
 mod normal;
+mod read_index;
 mod recovery;
 mod repair;
 mod timeout;
@@ -43,6 +44,8 @@ use crate::state_machine::StateMachine;
 pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
 pub use recovery::FillsWanted;
+use read_index::ReadRounds;
+pub use read_index::READ_ROUND_RESEND_TICKS;
 use recovery::Opening;
 use timeout::Timeout;
 use view_change::DoViewChangeVote;
@@ -221,6 +224,9 @@ pub struct Replica<S: StateMachine> {
     /// Prepares after our head were asked for this tick already.
     repair_after_head_requested: bool,
 
+    /// Read rounds: the read index of reads served from this replica (`read_index`).
+    read_rounds: ReadRounds,
+
     opening: Option<Opening>,
     events: VecDeque<ReplicaEvent>,
 }
@@ -283,6 +289,7 @@ impl<S: StateMachine> Replica<S> {
             ack_silent_ticks: vec![u64::MAX / 2; count],
             durable_chain_op: 0,
             repair_after_head_requested: false,
+            read_rounds: ReadRounds::default(),
             opening: None,
             events: VecDeque::new(),
             config,
@@ -479,7 +486,17 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if self.rejoining.is_some() && !from_client {
-            self.rejoin_heard |= 1 << message.header.replica;
+            // A prepare names the primary that made it, not the replica that sent it: repair
+            // relays prepares of older views, so one made by view 0's primary can reach us from
+            // anybody, long after that primary moved on to newer views. It says nothing of which
+            // view its maker is in now, so it must not count as hearing from it (its view, a view
+            // that did start, still bounds `rejoin_view_max` from below). Seed 1917: a replica
+            // that had lost its promise of view 2 was relayed view 0 prepares by view 1's stale
+            // primary, counted view 0's primary (which held view 2) as heard, rejoined view 1
+            // and let that dead view commit ops which view 3's log then did not hold.
+            if command != Command::Prepare {
+                self.rejoin_heard |= 1 << message.header.replica;
+            }
             let promised = if command == Command::StartViewChange { message.header.context as u32 } else { 0 };
             self.rejoin_view_max = self.rejoin_view_max.max(message.header.view).max(promised);
         }
@@ -509,6 +526,8 @@ impl<S: StateMachine> Replica<S> {
             Command::Headers => self.on_headers(io, message),
             Command::RequestCheckpoint => self.on_request_checkpoint(io, message),
             Command::Checkpoint => self.on_checkpoint(io, message),
+            Command::Ping => self.on_ping(io, message),
+            Command::Pong => self.on_pong(io, message),
             _ => {}
         }
         self.rejoin_progress(io);
@@ -611,6 +630,7 @@ impl<S: StateMachine> Replica<S> {
         if fired[6] {
             self.on_request_start_view_timeout(io);
         }
+        self.read_round_tick(io);
         self.rejoin_progress(io);
         self.assert_invariants();
     }

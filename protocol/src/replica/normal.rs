@@ -598,12 +598,18 @@ impl<S: StateMachine> Replica<S> {
         }
         // Whatever made queued requests wait (a full pipeline, the superblock) may have passed.
         self.primary_prepare(io);
+        let message = self.commit_message();
+        self.send_to_others(io, &message);
+    }
+
+    /// A primary's commit message: the commit number it knows, its log's sequence in the view,
+    /// its durable checkpoint.
+    pub(super) fn commit_message(&self) -> Message {
         let mut header = self.header(Command::Commit);
         header.commit = self.commit_max;
         header.request = self.start_view_sequence;
         header.checkpoint_op = self.superblock_durable().checkpoint_op;
-        let message = Message::new(header, Vec::new());
-        self.send_to_others(io, &message);
+        Message::new(header, Vec::new())
     }
 
     pub(super) fn on_normal_heartbeat_timeout(&mut self, io: &mut impl Io) {

@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use super::scenario::TopicRetention;
 use vireo_node::metadata_plane::operation_of;
 use vireo_node::node::{OPERATION_LOGOUT, OPERATION_NON_REPLICATED};
+use vireo_node::partition::machine::POLL_BYTES_MAX;
 use vireo_node::partition::request::OPERATION_SEND_MESSAGES;
 use vireo_node::ConnectionId;
 use vireo_protocol::header::{Command, Header, Message};
@@ -45,7 +46,7 @@ use vireo_storage::batch::{self, BatchBuilder};
 use vireo_storage::checksum::checksum64;
 
 use crate::access::{Action, Answer, Rights};
-use crate::kafka_log::PartitionKey;
+use crate::kafka_log::{PartitionKey, PollAsk};
 use crate::rng::SimRng;
 use crate::scenario::Volume;
 
@@ -139,6 +140,8 @@ enum Work {
     Poll {
         partition: u32,
         from: u64,
+        /// How many messages it asks for.
+        count: u32,
     },
     /// A poll of the churn topic's partition 0 from offset 0.
     ChurnPoll,
@@ -243,6 +246,8 @@ pub enum Observation {
     Polled {
         partition: PartitionKey,
         from: u64,
+        /// What a poll by offset asked, and when (none for a poll that auto-commits).
+        ask: Option<PollAsk>,
         messages: Vec<(u64, u128)>,
         current_offset: u64,
     },
@@ -683,7 +688,10 @@ impl StreamClient {
                 self.poll_cursor = (self.poll_cursor + 1) % topology.partitions.len();
                 let partition = topology.partitions[self.poll_cursor];
                 let from = self.positions.get(&partition).copied().unwrap_or(0);
-                Some(Work::Poll { partition, from })
+                // Polls scale with the batches producers send, or consumers never catch up.
+                let count = 1 + (self.sequence % (16 + 4 * self.batch_messages_max as u64)) as u32;
+                self.sequence += 1;
+                Some(Work::Poll { partition, from, count })
             }
             Role::Member => {
                 if !topology.group_created || (self.finishing && !self.member) || self.budget == 0 {
@@ -906,7 +914,7 @@ impl StreamClient {
                 header.parent = checksum64(&body) as u128;
                 (header, body)
             }
-            Work::Poll { partition, from } => {
+            Work::Poll { partition, from, count } => {
                 let committing = matches!(self.role, Role::Consumer { committing: true });
                 let strategy = if committing {
                     PollingStrategy { kind: PollingKind::Next, value: 0 }
@@ -919,11 +927,9 @@ impl StreamClient {
                     topic: id(TOPIC),
                     partition_id: Some(*partition),
                     strategy,
-                    // Polls scale with the batches producers send, or consumers never catch up.
-                    count: 1 + (self.sequence % (16 + 4 * self.batch_messages_max as u64)) as u32,
+                    count: *count,
                     auto_commit: committing,
                 };
-                self.sequence += 1;
                 let body = ClientRequest::PollMessages(poll).encode();
                 let mut header = self.request_header(OPERATION_NON_REPLICATED, self.request_counter, session);
                 header.command_code = wire::command::POLL_MESSAGES;
@@ -1068,7 +1074,7 @@ impl StreamClient {
                 }
                 _ => Observation::SendIndeterminate { values },
             },
-            Work::Poll { partition, from } => {
+            Work::Poll { partition, from, count } => {
                 let Ok(reply) = wire::PollReply::decode(&message.body) else {
                     self.observations.push(Observation::PollAbandoned {
                         partition: PartitionKey { stream: STREAM, topic: TOPIC, partition },
@@ -1095,11 +1101,25 @@ impl StreamClient {
                     }
                 }
                 let partition = PartitionKey { stream: STREAM, topic: TOPIC, partition };
-                Observation::Polled { partition, from, messages, current_offset: reply.current_offset }
+                // A poll by offset is held to real time: it was invoked when it was first sent.
+                let ask = (!committing).then(|| PollAsk {
+                    from,
+                    count: count as u64,
+                    invoked_at: pending.sent_tick,
+                    size_cut: reply.batches().len() + batch_bytes_max(self.volume) > POLL_BYTES_MAX as usize,
+                });
+                Observation::Polled { partition, from, ask, messages, current_offset: reply.current_offset }
             }
         };
         self.observations.push(observation);
     }
+}
+
+/// The bytes of the largest batch a producer of this volume sends (payloads, message frames
+/// and headers, the batch header): a poll whose reply is within this of `POLL_BYTES_MAX` may
+/// have been cut by its size.
+fn batch_bytes_max(volume: Volume) -> usize {
+    volume.batch_payload_bytes_max() + volume.batch_messages_max() as usize * 128 + 256
 }
 
 /// The (offset, id) of every message a poll reply's batches hold, which must be whole, stamped

@@ -950,6 +950,7 @@ impl StreamingCluster {
         }
         let observations = std::mem::take(&mut self.clients[index].observations);
         let actor = self.clients[index].actor();
+        self.checker.advance(self.tick);
         let anomaly = |anomaly: crate::kafka_log::Anomaly| anomaly.to_string();
         for observation in observations {
             match observation {
@@ -983,7 +984,7 @@ impl StreamingCluster {
                     }
                     self.checker.send_failed(actor, &values).map_err(anomaly)?;
                 }
-                Observation::Polled { partition, from, messages, current_offset } => {
+                Observation::Polled { partition, from, ask, messages, current_offset } => {
                     self.counters.messages_polled += messages.len() as u64;
                     self.log(|| {
                         format!(
@@ -992,7 +993,10 @@ impl StreamingCluster {
                             messages.len(),
                         )
                     });
-                    self.checker.polled(actor, partition, from, &messages).map_err(anomaly)?;
+                    match ask {
+                        Some(ask) => self.checker.polled_at(actor, partition, ask, &messages).map_err(anomaly)?,
+                        None => self.checker.polled(actor, partition, from, &messages).map_err(anomaly)?,
+                    }
                 }
                 Observation::PollAbandoned { partition, late_commit_max } => {
                     self.log(|| {

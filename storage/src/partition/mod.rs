@@ -446,7 +446,8 @@ impl PartitionLog {
     }
 
     /// I/O requests of this log not completed yet (a failed log is reopened only at 0, so that no
-    /// late completion of the old one reaches the new).
+    /// late completion of the old one reaches the new, and no late write of the old one lands in
+    /// files the new one's recovery has already listed and read: past the end it found, uncut).
     pub fn ops_in_flight(&self) -> usize {
         self.ops.len()
     }
