@@ -392,6 +392,26 @@ impl Node {
         self.events.pop_front()
     }
 
+    /// Whether this shard has recovered what it hosts, so that its node may take clients: it
+    /// reads published metadata (on shard 0: its metadata replica is in normal status and has
+    /// executed every commit it knows of), and every partition group the metadata gives this
+    /// shard is open, in normal status, has executed every commit it knows of (a single
+    /// replica: every op its WAL holds, all of them committed) and its segment log holds what
+    /// it executed. The groups that cannot yet (no quorum) are what a driver's bound is for.
+    pub fn recovered(&self) -> bool {
+        let Some(view) = &self.view else { return false };
+        let shards = self.config.shard.shards;
+        view.partitions.keys().filter(|group| shard_of(**group, shards) == self.shard_index()).all(|group| {
+            let Some(replica) = self.shard.partition(*group) else { return false };
+            let executed = replica.status() == Status::Normal
+                && replica.commit_min() == replica.commit_max()
+                && (replica.config().replica_count > 1 || replica.commit_min() == replica.op());
+            let next_offset = replica.state_machine().next_offset();
+            let held = self.shard.segment_log(*group).is_some_and(|log| log.readable_to() >= next_offset);
+            replica.superseded() || (executed && held)
+        })
+    }
+
     fn node_index(&self) -> u8 {
         self.config.shard.node
     }
@@ -1036,7 +1056,7 @@ impl Node {
     /// A poll without auto-commit on this shard: it waits for its read index (`read_index`),
     /// so that it sees every send acknowledged before it arrived, on any node.
     fn serve_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
-        if matches!(self.bug(), Some(Bug::PollWithoutReadIndex | Bug::PollPastCommit)) {
+        if self.bug() == Some(Bug::PollWithoutReadIndex) {
             self.answer_poll(io, connection, request, poll);
             return;
         }
@@ -1047,7 +1067,15 @@ impl Node {
         let group = group_namespace(request.group).expect("a read names its group");
         let round = self.shard.read_round(&mut ReplyTap { io: &mut *io, replies: Vec::new() }, group);
         let since_tick = self.tick;
-        self.reads_waiting.push_back(WaitingRead { connection, request, poll, round, index: None, since_tick, rounds: 1 });
+        self.reads_waiting.push_back(WaitingRead {
+            connection,
+            request,
+            poll,
+            round,
+            index: None,
+            since_tick,
+            rounds: 1,
+        });
         self.serve_waiting_reads(io);
     }
 

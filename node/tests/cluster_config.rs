@@ -14,8 +14,11 @@ use cluster_process::{create_topic, Cluster};
 async fn a_peer_without_the_shared_secret_is_refused_and_counted() {
     let run = async {
         let mut cluster = Cluster::new("cluster-secret", 3).await;
-        cluster.start(0);
-        cluster.start(1);
+        // A new cluster forms once every node has said it holds nothing; then node 2 comes back
+        // with another secret.
+        cluster.start_all();
+        create_topic(&cluster.addresses(), false).await;
+        cluster.kill(2);
         cluster.start_with_env(2, &[("VIREO_CLUSTER_AUTH_SECRET", "not-the-cluster-secret-but-long-enough-anyway")]);
         // The two that share the secret are a quorum: they serve.
         create_topic(&cluster.addresses()[..2], false).await;
@@ -68,8 +71,9 @@ async fn a_peer_without_the_shared_secret_is_refused_and_counted() {
 async fn a_node_whose_roster_differs_stops_with_one_line() {
     let run = async {
         let mut cluster = Cluster::new("cluster-roster", 3).await;
-        cluster.start(0);
-        cluster.start(1);
+        cluster.start_all();
+        create_topic(&cluster.addresses(), false).await;
+        cluster.kill(2);
         create_topic(&cluster.addresses()[..2], false).await;
         cluster.start_with_env(2, &[("VIREO_CLUSTER_NODES_0_NAME", "renamed")]);
         let server = cluster.nodes[2].server.as_mut().unwrap();
@@ -94,9 +98,25 @@ async fn a_node_whose_roster_differs_stops_with_one_line() {
 async fn a_node_started_alone_waits_for_a_quorum_and_says_so() {
     let run = async {
         let mut cluster = Cluster::new("cluster-alone", 3).await;
+        // A first boot: a node with an empty data directory forms a new cluster only once every
+        // peer has said it holds nothing (else it could format over a history it lost).
+        cluster.start(2);
+        let says = |cluster: &Cluster, what: &str| cluster.nodes[2].server.as_ref().unwrap().output().contains(what);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !says(&cluster, "waiting for every peer to say whether the cluster has history") {
+            assert!(Instant::now() < deadline, "node 2 alone never said it waits for its peers");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        cluster.start(0);
+        cluster.start(1);
+        create_topic(&cluster.addresses(), false).await;
+        // With data, a node alone waits for a quorum and says so.
+        for node in 0..3 {
+            cluster.kill(node);
+        }
         cluster.start(2);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !cluster.nodes[2].server.as_ref().unwrap().output().contains("waiting for a quorum") {
+        while !says(&cluster, "waiting for a quorum") {
             assert!(Instant::now() < deadline, "node 2 alone never said it waits for a quorum");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

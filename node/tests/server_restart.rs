@@ -187,6 +187,108 @@ async fn kill_mid_send(fsync: bool) {
     println!("enforce_fsync={fsync}: {total} messages acknowledged before SIGKILL, all kept");
 }
 
+/// The first poll a client can make of a server restarted at once after SIGKILL: connection
+/// refusals are retried (the restarted server may not have its port back yet); anything else is
+/// the answer, and every poll until the acknowledged messages are read must return messages.
+async fn first_polls(address: SocketAddr, topic: &str, partition: u32, acknowledged: usize) -> Vec<(u32, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let client = loop {
+        let client = IggyClient::builder()
+            .with_tcp()
+            .with_server_address(address.to_string())
+            .with_reconnection_max_retries(Some(0))
+            .build()
+            .expect("a client");
+        match client.connect().await {
+            Ok(()) => break client,
+            Err(error) => {
+                assert!(Instant::now() < deadline, "no connection within 30 s: {error}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    client.login_user(DEFAULT_ROOT_USERNAME, DEFAULT_ROOT_PASSWORD).await.expect("the first login is answered");
+    let consumer = Consumer::new(Identifier::numeric(7).unwrap());
+    let mut read = Vec::new();
+    while read.len() < acknowledged {
+        let polled = client
+            .poll_messages(
+                &id("durable"),
+                &id(topic),
+                Some(partition),
+                &consumer,
+                &PollingStrategy::offset(read.len() as u64),
+                1000,
+                false,
+            )
+            .await
+            .expect("a poll after the restart is answered");
+        assert!(
+            !polled.messages.is_empty(),
+            "partition {partition}: a poll from offset {} right after the restart returned nothing, with {acknowledged} messages acknowledged",
+            read.len()
+        );
+        for message in &polled.messages {
+            let text = String::from_utf8(message.payload.to_vec()).unwrap();
+            let (producer, sequence) = text.split_once(':').unwrap();
+            read.push((producer.parse().unwrap(), sequence.parse().unwrap()));
+        }
+    }
+    read
+}
+
+/// Four producers, SIGKILL, the server started again at once on the same port: the first polls
+/// a client can make return every acknowledged message (nothing is answered before recovery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_polls_after_a_sigkill_and_an_immediate_restart_return_every_acknowledged_message() {
+    let run = async {
+        let data = data_dir("sigkill-immediate-restart");
+        let mut server = Server::start(&data, &[]);
+        let client = root(server.address).await;
+        client.create_stream("durable").await.unwrap();
+        let options = TopicCreateOptions { partitions_count: Some(PARTITIONS), ..Default::default() };
+        client.create_topic(&id("durable"), topic_name(false), &options).await.unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let producers: Vec<_> = (0..PRODUCERS_PER_TOPIC * PARTITIONS)
+            .map(|producer| tokio::spawn(produce(server.address, false, producer, stop.clone())))
+            .collect();
+        tokio::time::sleep(SENDING_FOR).await;
+        let address = server.address;
+        server.kill();
+        let restarted = Server::start(&data, &[("VIREO_TCP_ADDRESS", &address.to_string())]);
+        stop.store(true, Ordering::SeqCst);
+        let mut acknowledged: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for producer in producers {
+            let (producer, sequences) = producer.await.unwrap();
+            acknowledged.insert(producer, sequences);
+        }
+        for partition in 0..PARTITIONS {
+            let expected: usize = acknowledged
+                .iter()
+                .filter(|(producer, _)| *producer % PARTITIONS == partition)
+                .map(|(_, sequences)| sequences.len())
+                .sum();
+            let log = first_polls(restarted.address, topic_name(false), partition, expected).await;
+            for (producer, sequences) in acknowledged.iter().filter(|(producer, _)| *producer % PARTITIONS == partition)
+            {
+                let kept: Vec<u64> =
+                    log.iter().filter(|(of, _)| of == producer).map(|(_, sequence)| *sequence).collect();
+                assert!(
+                    kept.len() >= sequences.len() && kept[..sequences.len()] == sequences[..],
+                    "producer {producer}: {} acknowledged, {} in the first polls",
+                    sequences.len(),
+                    kept.len()
+                );
+            }
+            println!(
+                "partition {partition}: {expected} acknowledged messages, all in the first polls after the restart"
+            );
+        }
+        assert!(restarted.output().contains("recovered in "), "{}", restarted.output());
+    };
+    tokio::time::timeout(Duration::from_secs(120), run).await.expect("bounded");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigkill_mid_send_loses_no_acknowledged_message_without_enforce_fsync() {
     tokio::time::timeout(Duration::from_secs(120), kill_mid_send(false)).await.expect("bounded");

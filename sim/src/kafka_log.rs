@@ -604,16 +604,18 @@ impl KafkaLogChecker {
         let first_returned = messages.first().map(|(offset, _)| *offset);
         let Some(record) = self.partitions.get(&partition) else { return Ok(()) };
         let end = ask.from.saturating_add(ask.count);
-        let stale = record.offsets.range(ask.from..end).find(|(offset, entry)| {
-            let before = entry.acked_at.is_some_and(|at| at < ask.invoked_at);
-            let missed = match (first_returned, returned_to) {
-                (Some(first), Some(last)) => **offset < first || (**offset > last && !ask.size_cut),
-                _ => true,
-            };
-            before && missed
-        });
-        let Some((&offset, entry)) = stale else { return Ok(()) };
-        let anomaly = Anomaly::StaleRead {
+        let acked_before = |entry: &OffsetRecord| entry.acked_at.is_some_and(|at| at < ask.invoked_at);
+        // Offsets missed at the head of the range (before the first returned, or all of it when
+        // nothing was), and past the last returned when the reply was not cut by its size.
+        let head_end = first_returned.unwrap_or(end).clamp(ask.from, end);
+        let head = record.offsets.range(ask.from..head_end).filter(|(_, entry)| acked_before(entry)).last();
+        let tail = match returned_to {
+            Some(last) if !ask.size_cut && last + 1 < end => {
+                record.offsets.range(last + 1..end).find(|(_, entry)| acked_before(entry))
+            }
+            _ => None,
+        };
+        let stale_read = |(&offset, entry): (&u64, &OffsetRecord)| Anomaly::StaleRead {
             reader: Reader::Consumer(consumer),
             partition,
             from: ask.from,
@@ -624,10 +626,14 @@ impl KafkaLogChecker {
             acked_at: entry.acked_at.expect("acknowledged"),
             returned_to,
         };
-        // Retention may have removed the head of the range (not what lies after a returned
-        // offset): that is for the final read's start to say.
-        let head = first_returned.is_none_or(|first| offset < first);
-        if self.retention && head {
+        if let Some(missed) = tail {
+            return Err(stale_read(missed));
+        }
+        let Some(missed) = head else { return Ok(()) };
+        let anomaly = stale_read(missed);
+        // Retention may have removed the head of the range (the highest offset missed there is
+        // kept): whether it did is for the final read's start to say.
+        if self.retention {
             self.stale_below_start.push(anomaly);
             return Ok(());
         }

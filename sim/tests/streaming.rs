@@ -109,6 +109,17 @@ fn a_poll_served_past_the_commit_point_is_caught() {
     assert!(message.contains("inconsistent offsets") || message.contains("unknown value"), "seed {seed}: {message}");
 }
 
+/// A node that answers polls from its replica's committed state as it stands, with no read
+/// index, misses sends acknowledged before the poll (a backup not yet told of the commit): the
+/// checker's real-time rule sees the stale read, in at least 1% of the streaming seeds.
+#[test]
+fn a_poll_answered_without_a_read_index_is_caught() {
+    let caught = sweep_with(Bug::PollWithoutReadIndex, 100);
+    assert!(!caught.is_empty(), "poll-without-read-index caught by none of 100 seeds");
+    let stale = caught.iter().filter(|(_, code, message)| *code == 129 && message.contains("stale read")).count();
+    assert!(stale >= 1, "no stale read among the catches: {caught:?}");
+}
+
 /// Request -> the node's admission, session and routing -> replication -> reply, for
 /// the first send, the first poll and the first consumer-group join of a quiet 3 x 2 cluster.
 #[test]

@@ -479,8 +479,12 @@ impl PartitionMachine {
                 encode_status(None)
             }
             PartitionRequest::Purge { .. } => {
+                // `applied` stays: batches applied in the same step as the purge (before the
+                // segment log took them) are still needed there. The WAL's elided prepares of
+                // those sends take their batches back from the log at a restart until a durable
+                // checkpoint covers the purge, and the log keeps them until then (`follow`'s
+                // floor), as it does for what retention passed (seed 153).
                 self.batches.clear();
-                self.applied.0.clear();
                 self.segments.clear();
                 self.retained_bytes = 0;
                 self.first_offset = self.next_offset;
@@ -851,6 +855,20 @@ mod tests {
         let mut filled = reply;
         machine.held(&mut filled);
         assert_eq!(filled.count, 0);
+    }
+
+    /// A purge applied in the same step as the sends before it (a replica catching up commits
+    /// them together) leaves their batches for the segment log to take: the WAL's elided
+    /// prepares of those sends need them back from the log at a restart (seed 153).
+    #[test]
+    fn a_purge_leaves_the_batches_applied_before_it_to_the_log() {
+        let mut machine = PartitionMachine::empty();
+        send(&mut machine, 1, 10..13);
+        send(&mut machine, 2, 13..15);
+        apply(&mut machine, 3, &PartitionRequest::Purge { partition: 0 });
+        assert_eq!((machine.first_offset(), machine.next_offset()), (5, 5));
+        let applied: Vec<u64> = std::iter::from_fn(|| machine.take_applied()).map(|(base, _)| base).collect();
+        assert_eq!(applied, [0, 3], "both batches, contiguous up to where the log goes on");
     }
 
     /// The primary stamps a send where the log will hold it: the prepare carries the stored

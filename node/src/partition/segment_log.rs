@@ -221,7 +221,8 @@ pub struct SegmentLog {
     serving: BTreeMap<u64, u8>,
     serve_next: u64,
     /// A read that found damage (the offset it named, `u64::MAX` for a device error): a second
-    /// one in a row at the same place confirms it (a read can be damaged on the way up).
+    /// one at the same place, with no read through it in between, confirms it (a read can be
+    /// damaged on the way up).
     suspect: Option<u64>,
     /// Damage confirmed: once its I/O is done the log is dropped, its files removed, and it is
     /// opened again empty and fetched from a peer's (repairing one batch in place is not built).
@@ -516,8 +517,14 @@ impl SegmentLog {
                         // Only a cluster can repair: a single node keeps what it has.
                         self.damaged |= self.suspect == Some(at) && self.replica_count > 1;
                         self.suspect = Some(at);
-                    } else if result.is_ok() {
-                        self.suspect = None;
+                    } else if let (Ok(read), Some(suspect)) = (&result, self.suspect) {
+                        // Cleared only by a read that went through the suspect place: reads of
+                        // other ranges in between (other consumers) must not keep a damaged run
+                        // from ever being confirmed, or the polls that need it are refused for
+                        // good (seed 47, three nodes, heavy faults).
+                        if read_covers(read, suspect) {
+                            self.suspect = None;
+                        }
                     }
                     match self.serving.remove(&id) {
                         Some(peer) => {
@@ -665,7 +672,8 @@ impl SegmentLog {
         while let Some((base, bytes)) = machine.take_applied() {
             let end = BatchHeader::decode(&bytes).expect("an applied batch is stamped").end_offset();
             if self.pending.back().is_some_and(|(_, last, _)| *last != base) {
-                // A purge or a checkpoint moved the machine past what waited here.
+                // A checkpoint (state transfer) moved the machine past what waited here (a
+                // purge does not: the batches applied before it still come, in order).
                 self.pending.clear();
             }
             self.pending.push_back((base, end, bytes));
@@ -1250,4 +1258,18 @@ fn seal_before(log: &mut PartitionLog, io: &mut impl Io, bug: Option<Bug>, count
         log.seal(io);
         counters.segments_sealed += 1;
     }
+}
+
+/// Whether a read's batches run through `offset` (a suspect damaged place; never `u64::MAX`,
+/// which stands for an I/O error at an unknown place).
+fn read_covers(read: &ReadBatches, offset: u64) -> bool {
+    let mut rest = read.bytes.as_slice();
+    while let Ok(header) = BatchHeader::decode(rest) {
+        if header.base_offset <= offset && offset < header.end_offset() {
+            return true;
+        }
+        let Some(next) = rest.get(header.batch_length as usize..) else { return false };
+        rest = next;
+    }
+    false
 }

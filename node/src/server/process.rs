@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -154,18 +155,98 @@ fn init_logging(config: &ServerConfig, env: &[(String, String)]) -> Result<(), S
         .map_err(|error| format!("logging: {error}"))
 }
 
+/// How long a listener whose address is in use, but by no live process, is tried again: a
+/// killed predecessor's socket outlives its process briefly (its io_uring instance is torn
+/// down after it).
+const BIND_RETRY_MS: u64 = 10_000;
+const BIND_RETRY_STEP_MS: u64 = 100;
+
 fn bind(key: &str, address: SocketAddr) -> Result<std::net::TcpListener, String> {
-    std::net::TcpListener::bind(address).map_err(|error| {
+    let started = std::time::Instant::now();
+    let mut warned = false;
+    loop {
+        let error = match std::net::TcpListener::bind(address) {
+            Ok(listener) => {
+                if warned {
+                    let waited_ms = started.elapsed().as_millis() as u64;
+                    tracing::info!(%address, waited_ms, "the address is free now: listening");
+                }
+                return Ok(listener);
+            }
+            Err(error) => error,
+        };
         let reason = match error.kind() {
-            std::io::ErrorKind::AddrInUse => "the address is in use (another server listens there)".to_string(),
+            std::io::ErrorKind::AddrInUse => match address_holder(address.port()) {
+                Holder::Process(holder) => format!("the address is in use ({holder} listens there)"),
+                _ if started.elapsed() < Duration::from_millis(BIND_RETRY_MS) => {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(
+                            %address,
+                            "the address is in use by no live process (a killed one's socket, still closing?): trying again for up to {} s",
+                            BIND_RETRY_MS / 1000
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(BIND_RETRY_STEP_MS));
+                    continue;
+                }
+                Holder::Orphan => format!(
+                    "the address is in use (by a listening socket no process holds, for {} s)",
+                    BIND_RETRY_MS / 1000
+                ),
+                Holder::Unknown => format!("the address is in use (tried for {} s)", BIND_RETRY_MS / 1000),
+            },
             std::io::ErrorKind::AddrNotAvailable => "no interface of this machine has that address".to_string(),
             std::io::ErrorKind::PermissionDenied => {
                 "permission denied (a port below 1024 needs privileges)".to_string()
             }
             _ => error.to_string(),
         };
-        format!("key `{key}`: cannot listen on {address}: {reason}")
-    })
+        return Err(format!("key `{key}`: cannot listen on {address}: {reason}"));
+    }
+}
+
+/// Who holds a listening TCP socket on a port, as far as /proc tells.
+enum Holder {
+    /// A live process: "process PID (NAME)".
+    Process(String),
+    /// A listening socket no process holds any more (a killed process's, being torn down).
+    Orphan,
+    /// Nothing known (no such socket seen, or /proc not readable).
+    Unknown,
+}
+
+fn address_holder(port: u16) -> Holder {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address is ADDR:PORT in hex; state 0A is LISTEN; the inode is field 9.
+            let listening = fields.get(3) == Some(&"0A");
+            let local_port = fields.get(1).and_then(|local| local.rsplit(':').next());
+            let on_port = local_port.and_then(|hex| u16::from_str_radix(hex, 16).ok()) == Some(port);
+            if let (true, true, Some(inode)) = (listening, on_port, fields.get(9)) {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Holder::Unknown;
+    }
+    let Ok(processes) = std::fs::read_dir("/proc") else { return Holder::Unknown };
+    for process in processes.flatten() {
+        let Some(pid) = process.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        let Ok(descriptors) = std::fs::read_dir(process.path().join("fd")) else { continue };
+        for descriptor in descriptors.flatten() {
+            let Ok(target) = std::fs::read_link(descriptor.path()) else { continue };
+            if inodes.iter().any(|inode| target.as_os_str() == inode.as_str()) {
+                let name = std::fs::read_to_string(process.path().join("comm")).unwrap_or_default();
+                return Holder::Process(format!("process {pid} ({})", name.trim()));
+            }
+        }
+    }
+    Holder::Orphan
 }
 
 /// Takes the data directory's lock: two servers on one directory would corrupt it.
@@ -285,6 +366,7 @@ fn cluster_plane(config: &ServerConfig, empty_data_directory: bool) -> Result<Op
 }
 
 fn run(args: Args) -> Result<(), String> {
+    let started = std::time::Instant::now();
     let env = environment()?;
     let path = args.config.clone().or_else(|| env_value(&env, ENV_CONFIG_PATH).map(PathBuf::from));
     let loaded = config::load(path.as_deref(), &env).map_err(|ConfigError(line)| line)?;
@@ -392,6 +474,8 @@ fn run(args: Args) -> Result<(), String> {
         seed,
         cluster,
         empty_data_directory,
+        shards_recovered: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+        started,
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;
     let results = run_shards(&cpus, capacity, move |context| {

@@ -279,13 +279,11 @@ impl ClusterHealth {
         self.roster_refusals.lock().expect("no panic holding it").remove(&peer);
     }
 
-    /// The highest metadata op a peer reported, and which peer: `None` until `answers` peers did.
-    pub fn cluster_history(&self, answers: usize) -> Option<(u64, u8)> {
+    /// How many peers said what their metadata groups hold, and the highest op one of them
+    /// reported, with which peer.
+    pub fn cluster_history(&self) -> (usize, Option<(u64, u8)>) {
         let commits = self.peer_commits.lock().expect("no panic holding it");
-        if commits.len() < answers {
-            return None;
-        }
-        commits.iter().map(|(peer, commit)| (*commit, *peer)).max()
+        (commits.len(), commits.iter().map(|(peer, commit)| (*commit, *peer)).max())
     }
 
     /// Why the node must stop, once a quorum refused its roster.

@@ -75,7 +75,16 @@ pub struct ServerShared {
     /// The data directory held no metadata when the server started: a first boot, or a node
     /// that lost its disk (a cluster node asks its peers which, `wait_for_cluster_history`).
     pub empty_data_directory: bool,
+    /// Each shard's `Node::recovered`, once it said so: shard 0 takes clients when all have.
+    pub shards_recovered: Vec<AtomicBool>,
+    /// When the process started, for the time recovery took.
+    pub started: std::time::Instant,
 }
+
+/// Ticks shard 0 waits for every shard to recover before it takes clients all the same (a
+/// cluster node without a quorum, a group that cannot catch up): their requests then get the
+/// retriable error (`STATUS_TRANSIENT_NOT_ACCEPTED`) or wait for their read index.
+pub const RECOVERY_WAIT_TICKS: u64 = 1_000;
 
 /// Requests one connection may have waiting for their replies in the latency table; past it the
 /// oldest is forgotten (its latency is not recorded).
@@ -86,9 +95,6 @@ const PUBLISH_TICKS: u64 = 10;
 const INPUTS_PER_TURN: usize = 256;
 /// How long the I/O in flight gets to complete once every connection is closed.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a node with an empty data directory waits to hear from every peer it needs before
-/// it settles for a quorum's answers.
-const HISTORY_GRACE_TICKS: u64 = 500;
 /// Ticks between two "waiting for a quorum" lines while a cluster node has too few peers.
 const QUORUM_LOG_TICKS: u64 = 500;
 /// HTTP requests `/metrics` serves at once, and the bytes of one request head.
@@ -299,10 +305,8 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     }
     if shared.empty_data_directory {
         if let Some(plane) = &shared.cluster {
-            let metadata = &node_config.shard.metadata;
-            let count = plane.identity.replica_count as usize;
-            let answers = (count - metadata.quorum_replication() + 1, metadata.quorum_view_change() - 1);
-            let rejoin = wait_for_cluster_history(shard as u16, &plane.health, answers).await?;
+            let peers = plane.identity.replica_count as usize - 1;
+            let rejoin = wait_for_cluster_history(shard as u16, &plane.health, peers).await?;
             // A first boot (the peers that answered hold nothing) starts view 0 as every
             // replica of a new cluster does; a node that lost its disk waits for the current view.
             node_config.shard.metadata.format_waits_for_view = rejoin;
@@ -390,8 +394,32 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             with_node!(state, |node, sio| node.tick(&mut sio));
             state.drain_node_events();
             state.drive_root(&mut root, true)?;
-            if shard == 0 && root.is_none() && !accepting && matches!(phase, Phase::Running) {
+            if !shared.shards_recovered[shard].load(Ordering::Relaxed) && state.node.recovered() {
+                shared.shards_recovered[shard].store(true, Ordering::Relaxed);
+            }
+            let recovered = shared.shards_recovered.iter().all(|recovered| recovered.load(Ordering::Relaxed));
+            if shard == 0
+                && root.is_none()
+                && !accepting
+                && matches!(phase, Phase::Running)
+                && (recovered || ticks >= RECOVERY_WAIT_TICKS)
+            {
                 accepting = true;
+                let took_ms = shared.started.elapsed().as_millis();
+                if recovered {
+                    println!("recovered in {took_ms} ms: accepting clients");
+                    tracing::info!(took_ms, "recovered: every group this node hosts executed what it holds");
+                } else {
+                    let waiting: Vec<usize> = (0..shared.shards_recovered.len())
+                        .filter(|shard| !shared.shards_recovered[*shard].load(Ordering::Relaxed))
+                        .collect();
+                    println!("not recovered after {took_ms} ms (shards {waiting:?}): accepting clients, who get retriable errors until it is");
+                    tracing::warn!(
+                        took_ms,
+                        shards = ?waiting,
+                        "accepting clients before recovery finished (no quorum yet, or a group cannot catch up): their requests get retriable errors until it does"
+                    );
+                }
                 let listener = shared.tcp_listener.lock().expect("no panic holding it").take();
                 if let Some(listener) = listener {
                     accept_connections(
@@ -717,36 +745,42 @@ fn display_address(address: Option<SocketAddr>) -> String {
     address.map_or_else(|| "unknown".to_string(), |address| address.to_string())
 }
 
-/// A cluster node with an empty data directory: waits until peers said what their metadata
-/// groups hold: `answers.0` of them (enough that one is in every replication quorum, so a
-/// committed op cannot hide from all of them), or after `HISTORY_GRACE_TICKS` `answers.1` (with
-/// this node, a quorum: a first boot with a node missing still forms its cluster). Any op there
-/// means the cluster has history this node may have been part of: it rejoins
-/// (`Config::rejoin_guard`: no vote, nack or acknowledgement before it caught up); none, the
-/// cluster is new.
-async fn wait_for_cluster_history(shard: u16, health: &ClusterHealth, answers: (usize, usize)) -> Result<bool, String> {
+/// A cluster node with an empty data directory: waits until its peers said what their metadata
+/// groups hold. Any op there means the cluster has history this node may have been part of: it
+/// rejoins (`Config::rejoin_guard`: no vote, nack or acknowledgement before it caught up), as
+/// soon as one peer says so. It formats as a new cluster only once every peer of the roster has
+/// answered that it holds nothing: a node that lost its disk while only empty peers answer (a
+/// quorum of them, say, with the one holding the history slow to come up) must not start view 0
+/// over a cluster's history. Until then it waits, and says so every `QUORUM_LOG_TICKS`.
+async fn wait_for_cluster_history(shard: u16, health: &ClusterHealth, peers: usize) -> Result<bool, String> {
     let mut waited = 0u64;
     loop {
         if let Some(fatal) = health.fatal() {
             return Err(fatal);
         }
-        let enough = if waited >= HISTORY_GRACE_TICKS { answers.1.min(answers.0) } else { answers.0 };
-        if let Some((commit, peer)) = health.cluster_history(enough.max(1)) {
+        let (answered, highest) = health.cluster_history();
+        if let Some((commit, peer)) = highest.filter(|(commit, _)| *commit > 0) {
             if shard == 0 {
-                if commit > 0 {
-                    tracing::warn!(
-                        peer,
-                        commit,
-                        "empty data directory in a cluster with history: rejoining (no vote until caught up)"
-                    );
-                } else {
-                    tracing::info!(peer, "empty data directory, and the peers have none either: a new cluster");
-                }
+                tracing::warn!(
+                    peer,
+                    commit,
+                    "empty data directory in a cluster with history: rejoining (no vote until caught up)"
+                );
             }
-            return Ok(commit > 0);
+            return Ok(true);
+        }
+        if answered >= peers {
+            if shard == 0 {
+                tracing::info!(peers, "empty data directory, and every peer has none either: a new cluster");
+            }
+            return Ok(false);
         }
         if shard == 0 && waited.is_multiple_of(QUORUM_LOG_TICKS) {
-            tracing::warn!("waiting for a quorum: the data directory is empty and no peer has answered yet (a node that lost its data must not vote before it caught up)");
+            tracing::warn!(
+                answered,
+                peers,
+                "the data directory is empty: waiting for every peer to say whether the cluster has history ({answered} of {peers} answered, none with any); a new cluster forms only when all have"
+            );
         }
         waited += 1;
         glommio::timer::sleep(Duration::from_nanos(TICK_NS)).await;

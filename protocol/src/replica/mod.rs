@@ -43,9 +43,9 @@ use crate::state_machine::StateMachine;
 
 pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
-pub use recovery::FillsWanted;
 use read_index::ReadRounds;
 pub use read_index::READ_ROUND_RESEND_TICKS;
+pub use recovery::FillsWanted;
 use recovery::Opening;
 use timeout::Timeout;
 use view_change::DoViewChangeVote;

@@ -14,8 +14,9 @@
 //! and every view-change quorum meets every replication quorum: some replica that answered holds
 //! x, and a replica's log never loses a committed op (a view change installs a log holding every
 //! committed op; a primary cuts only ops a nack quorum proved uncommitted; a replica that lost its
-//! disk answers nothing until it rejoined). So the read index is at least x, and op numbers are
-//! canonical once committed: executing up to it executes x. No leader, lease or clock is trusted,
+//! disk answers nothing until it rejoined and executed past its nack floor). So the read index is
+//! at least x, and op numbers are canonical once committed: executing up to it executes x. No
+//! leader, lease or clock is trusted,
 //! so a primary changing under the read changes nothing; and the read stays off the WAL and off
 //! prepares. The index may name an op that a view change later discards; the op number is then
 //! reused by the next prepare, so waiting for it ends with the next write, and a reader that waits
@@ -85,10 +86,13 @@ impl<S: StateMachine> Replica<S> {
         (self.read_rounds.done >= round).then_some(self.read_rounds.done_op)
     }
 
-    /// Whether this replica may name its op in a read round: it is in normal status, and not
-    /// rejoining (a replica that lost its disk may have forgotten ops it acknowledged).
+    /// Whether this replica may name its op in a read round: it is in normal status, not
+    /// rejoining, and past its `nack_floor`. A replica that lost its disk may have forgotten ops
+    /// it acknowledged; once rejoined it may still lack some acknowledged before the loss and
+    /// committed under a primary whose commit number lagged, up to its nack floor: until it
+    /// executed that far, the ops it names could be below one of them.
     fn read_round_answers(&self) -> bool {
-        self.status == Status::Normal && self.rejoining.is_none() && !self.failed
+        self.status == Status::Normal && self.rejoining.is_none() && !self.failed && self.commit_min >= self.nack_floor
     }
 
     fn read_round_start(&mut self, io: &mut impl Io) {
