@@ -608,7 +608,7 @@ impl KafkaLogChecker {
         // Offsets missed at the head of the range (before the first returned, or all of it when
         // nothing was), and past the last returned when the reply was not cut by its size.
         let head_end = first_returned.unwrap_or(end).clamp(ask.from, end);
-        let head = record.offsets.range(ask.from..head_end).filter(|(_, entry)| acked_before(entry)).next_back();
+        let head = record.offsets.range(ask.from..head_end).rfind(|(_, entry)| acked_before(entry));
         let tail = match returned_to {
             Some(last) if !ask.size_cut && last + 1 < end => {
                 record.offsets.range(last + 1..end).find(|(_, entry)| acked_before(entry))
