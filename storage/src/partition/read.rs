@@ -6,6 +6,9 @@
 //! batches sliced out of the read buffer, each checked against its checksums. A read that starts in
 //! a batch larger than its window reads again with the batch's own length; one whose window held
 //! only batches before its target continues from where it stopped, into the next segment if need be.
+//! Index files carry no checksum, so an entry is a hint: when nothing valid starts where an entry
+//! sent a read, the read scans again from the entry before it (the segment's start at worst) and
+//! reports damage only if the scan from there meets it too.
 
 use vireo_io::{Completion, Io, IoError};
 
@@ -90,6 +93,8 @@ pub(super) struct ReadInFlight {
     position: u64,
     /// The offset of the batch that must be at `position`.
     expected: u64,
+    /// The position of the index entry (or the segment start) this read last started from.
+    named: Option<u64>,
 }
 
 impl PartitionLog {
@@ -150,12 +155,14 @@ impl PartitionLog {
             }
         };
         let (segment_start, position, expected, bound) = found;
-        self.read_segment_at(io, request, (segment_start, position, expected), bound, 0);
+        self.read_segment_at(io, request, (segment_start, position, expected), bound, 0, Some(position));
     }
 
     /// Reads the segment from `position` (a batch boundary) towards `bound`, at most the request's
     /// window of bytes but at least `at_least` (a batch larger than the window is read whole).
-    /// `at` is (segment start, position, offset of the batch at that position).
+    /// `at` is (segment start, position, offset of the batch at that position). `named`: the
+    /// position of the index entry (or segment start) the read last started from, if in this
+    /// segment.
     fn read_segment_at(
         &mut self,
         io: &mut impl Io,
@@ -163,6 +170,7 @@ impl PartitionLog {
         at: (u64, u64, u64),
         bound: u64,
         at_least: u64,
+        named: Option<u64>,
     ) {
         let (segment_start, position, expected) = at;
         let at = self.segment_position(segment_start).expect("segment");
@@ -175,7 +183,7 @@ impl PartitionLog {
             let file = segment.log_file(self.namespace);
             let token = self.token(Op::Read { id: request.id });
             io.read(file, position, (end - position) as usize, token);
-            self.reads.insert(request.id, ReadInFlight { request, segment_start, position, expected });
+            self.reads.insert(request.id, ReadInFlight { request, segment_start, position, expected, named });
             return;
         }
         let writing = self.writing.iter().any(|writing| {
@@ -213,7 +221,7 @@ impl PartitionLog {
             self.writing,
             self.queued.iter().chain(self.appending.iter()).map(|unit| (unit.segment_start, unit.position, unit.len)).collect::<Vec<_>>()
         );
-        self.collect(io, request, (segment_start, position, expected), bytes);
+        self.collect(io, request, (segment_start, position, expected), bytes, named);
     }
 
     pub(super) fn retry_parked(&mut self, io: &mut impl Io) {
@@ -243,7 +251,7 @@ impl PartitionLog {
         match result {
             Ok(bytes) => {
                 let at = (in_flight.segment_start, in_flight.position, in_flight.expected);
-                self.collect(io, in_flight.request, at, bytes)
+                self.collect(io, in_flight.request, at, bytes, in_flight.named)
             }
             Err(error) => self.finish_read(id, Err(ReadError::Io(error))),
         }
@@ -251,7 +259,14 @@ impl PartitionLog {
 
     /// Picks the batches the request wants out of `bytes` (read at `position` of the segment), or
     /// reads on when they hold none yet.
-    fn collect(&mut self, io: &mut impl Io, request: ReadRequest, at: (u64, u64, u64), mut bytes: Vec<u8>) {
+    fn collect(
+        &mut self,
+        io: &mut impl Io,
+        request: ReadRequest,
+        at: (u64, u64, u64),
+        mut bytes: Vec<u8>,
+        named: Option<u64>,
+    ) {
         let (segment_start, position, expected_first) = at;
         // Batches must be the ones expected where they are: a batch that is whole and valid but
         // misplaced (a misdirected write) is damage, not data to serve.
@@ -300,18 +315,35 @@ impl PartitionLog {
                 ReadStart::Timestamp(_) => request,
             };
             if resume < size {
-                return self.read_segment_at(io, request, (segment_start, resume, damage.to_offset), size, 0);
+                return self.read_segment_at(io, request, (segment_start, resume, damage.to_offset), size, 0, None);
             }
             return match self.segments.get(at + 1) {
                 Some(next) if !next.is_empty() => {
                     let (next_start, size) = (next.start_offset, next.size);
-                    self.read_segment_at(io, request, (next_start, 0, next_start), size, 0)
+                    self.read_segment_at(io, request, (next_start, 0, next_start), size, 0, None)
                 }
                 _ => self.empty_read(&request, self.end_offset()),
             };
         }
         match scan.stop {
             ScanStop::Invalid(_) | ScanStop::Discontinuous { .. } => {
+                // Nothing valid right where an index entry sent the read: the entry may be what
+                // is damaged (index files carry no checksum, and recovery trusts a sealed
+                // segment's entries below the frontier without reading the batches they point
+                // at; seed 10064: one bit of an entry's position flipped on the way down, and
+                // the intact batches it named were reported damaged on every read and every
+                // reopen). Scan again from the entry before it, or the segment's start: from a
+                // place that is a batch boundary the scan finds the batches if they are whole,
+                // and meets the damage (after valid batches, so not again here) if they are not.
+                // Each fallback starts strictly earlier, so a read falls back a bounded number
+                // of times.
+                if scan.valid_len == 0 && named == Some(position) {
+                    if let Some((back, back_offset)) = self.segments[at].scan_start_before(position) {
+                        let size = self.segments[at].size;
+                        let at = (segment_start, back, back_offset);
+                        return self.read_segment_at(io, request, at, size, 0, Some(back));
+                    }
+                }
                 let offset = match request.start {
                     ReadStart::Offset(offset) => offset.max(expected),
                     ReadStart::Timestamp(_) => expected,
@@ -320,16 +352,17 @@ impl PartitionLog {
             }
             ScanStop::Partial { batch_length } => {
                 let length = batch_length.min(BATCH_SIZE_MAX as u64);
-                self.read_segment_at(io, request, (segment_start, scanned_to, expected), scanned_to + length, length)
+                let at = (segment_start, scanned_to, expected);
+                self.read_segment_at(io, request, at, scanned_to + length, length, named)
             }
             ScanStop::End if scanned_to < self.segments[at].size => {
                 let size = self.segments[at].size;
-                self.read_segment_at(io, request, (segment_start, scanned_to, expected), size, 0)
+                self.read_segment_at(io, request, (segment_start, scanned_to, expected), size, 0, named)
             }
             ScanStop::End => match self.segments.get(at + 1) {
                 Some(next) if !next.is_empty() => {
                     let (next_start, size) = (next.start_offset, next.size);
-                    self.read_segment_at(io, request, (next_start, 0, next_start), size, 0)
+                    self.read_segment_at(io, request, (next_start, 0, next_start), size, 0, None)
                 }
                 _ => self.empty_read(&request, self.end_offset()),
             },

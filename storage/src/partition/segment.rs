@@ -266,6 +266,25 @@ impl Segment {
         after.checked_sub(1).map_or((0, self.start_offset), |at| (self.index[at].position, self.index[at].offset))
     }
 
+    /// Where a read may scan again when nothing valid starts at `position`, where an index entry
+    /// sent it: (position, offset of the batch there) of the last index entry before it, but
+    /// none before the end of the last damaged run at or before it (a read steps over a run,
+    /// never scans it), else that run's end or the segment's start. `None` when `position` is
+    /// that floor: nothing earlier is surely a batch boundary.
+    pub fn scan_start_before(&self, position: u64) -> Option<(u64, u64)> {
+        let floor = self
+            .damaged
+            .iter()
+            .rev()
+            .find(|damage| damage.position + damage.len <= position)
+            .map_or((0, self.start_offset), |damage| (damage.position + damage.len, damage.to_offset));
+        if position <= floor.0 {
+            return None;
+        }
+        let entry = self.index.iter().rev().find(|entry| entry.position < position && entry.position >= floor.0);
+        Some(entry.map_or(floor, |entry| (entry.position, entry.offset)))
+    }
+
     /// A position at which every batch holding an offset below `offset` has ended: the first index
     /// entry past it, or the end of the segment.
     pub fn position_bound_for_offset(&self, offset: u64) -> u64 {
