@@ -248,6 +248,14 @@ struct WaitingRead {
     rounds: u32,
 }
 
+/// Metadata operations that create partitions: their replies wait until this node hosts them.
+pub const OPERATION_CREATE_TOPIC: u8 = 132;
+pub const OPERATION_CREATE_PARTITIONS: u8 = 136;
+/// Replies to creates one shard holds; past it a reply goes at once.
+pub const CREATE_REPLIES_HELD_MAX: usize = 1024;
+/// Ticks a reply to a create is held at most (a shard that cannot open the group, say).
+pub const CREATE_REPLY_HELD_TICKS_MAX: u64 = 300;
+
 /// Polls one shard keeps waiting for their read index; past it a poll is refused as retriable.
 pub const READS_WAITING_MAX: usize = 1024;
 /// Ticks a poll waits for its read index and for the replica to execute up to it before it
@@ -329,6 +337,9 @@ pub struct Node {
     tick: u64,
     /// Polls waiting for their read index, oldest first (`READS_WAITING_MAX`).
     reads_waiting: VecDeque<WaitingRead>,
+    /// Replies to creates of partitions, held until this node hosts them (`CREATE_REPLIES_HELD_MAX`):
+    /// (the metadata op that created them, the tick it was held at, the reply).
+    creates_held: VecDeque<(u64, u64, Vec<u8>)>,
     /// Polls waiting for their segment-log reads, by read id (`PARKED_READS_MAX`).
     parked_reads: BTreeMap<u64, ParkedRead>,
     read_next: u64,
@@ -356,6 +367,7 @@ impl Node {
             events: VecDeque::new(),
             tick: 0,
             reads_waiting: VecDeque::new(),
+            creates_held: VecDeque::new(),
             parked_reads: BTreeMap::new(),
             read_next: 0,
             figures: NodeFigures::default(),
@@ -631,6 +643,7 @@ impl Node {
         if self.tick.is_multiple_of(FIGURES_TICKS) {
             self.send_figures(io);
         }
+        self.answer_held_creates(io);
         self.resend_in_flight(io);
         self.resend_ending_sessions(io);
         if self.shard_index() == 0 {
@@ -1056,7 +1069,13 @@ impl Node {
     /// A poll without auto-commit on this shard: it waits for its read index (`read_index`),
     /// so that it sees every send acknowledged before it arrived, on any node.
     fn serve_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
-        if self.bug() == Some(Bug::PollWithoutReadIndex) {
+        // The planted bugs: no read index at all, or none on a primary while prepares past its
+        // commit point are here to serve.
+        let group = group_namespace(request.group).expect("a read names its group");
+        let past_commit = self.shard.partition(group).is_some_and(|replica| {
+            replica.status() == Status::Normal && replica.is_primary() && replica.op() > replica.commit_min()
+        });
+        if self.bug() == Some(Bug::PollWithoutReadIndex) || (self.bug() == Some(Bug::PollPastCommit) && past_commit) {
             self.answer_poll(io, connection, request, poll);
             return;
         }
@@ -1064,7 +1083,6 @@ impl Node {
             self.refuse_read(io, connection, &request);
             return;
         }
-        let group = group_namespace(request.group).expect("a read names its group");
         let round = self.shard.read_round(&mut ReplyTap { io: &mut *io, replies: Vec::new() }, group);
         let since_tick = self.tick;
         self.reads_waiting.push_back(WaitingRead {
@@ -1805,6 +1823,52 @@ impl Node {
     /// reply (or, for a session being opened, the requests waiting for it go out), and the
     /// request queued next behind it in its group goes.
     fn on_client_reply(&mut self, io: &mut impl NodeIo, frame: &[u8]) {
+        if let Ok(header) = Header::decode(frame) {
+            let creates = matches!(header.operation, OPERATION_CREATE_TOPIC | OPERATION_CREATE_PARTITIONS);
+            if creates
+                && header.command == Command::Reply
+                && !self.hosts_partitions_of(header.op)
+                && self.creates_held.len() < CREATE_REPLIES_HELD_MAX
+            {
+                // A resend of the request while its reply is held gets the cached reply again.
+                let again = self.creates_held.iter().any(|(_, _, held)| {
+                    Header::decode(held)
+                        .is_ok_and(|held| (held.client, held.request) == (header.client, header.request))
+                });
+                if !again {
+                    self.creates_held.push_back((header.op, self.tick, frame.to_vec()));
+                }
+                return;
+            }
+        }
+        self.answer_client_reply(io, frame);
+    }
+
+    /// Whether this node hosts every partition of the metadata committed at `op` (this shard
+    /// reads it, and its node's shards reported their groups): a create is answered only then,
+    /// so that the client's next request finds the group open here.
+    fn hosts_partitions_of(&self, op: u64) -> bool {
+        self.view.as_ref().is_some_and(|view| {
+            view.op >= op && view.partitions.keys().all(|partition| self.figures.hosted(*partition))
+        })
+    }
+
+    /// Answers the held replies to creates whose partitions this node now hosts, or that waited
+    /// `CREATE_REPLY_HELD_TICKS_MAX`.
+    fn answer_held_creates(&mut self, io: &mut impl NodeIo) {
+        let mut at = 0;
+        while at < self.creates_held.len() {
+            let (op, since_tick, _) = self.creates_held[at];
+            if self.hosts_partitions_of(op) || since_tick + CREATE_REPLY_HELD_TICKS_MAX <= self.tick {
+                let (_, _, frame) = self.creates_held.remove(at).expect("listed");
+                self.answer_client_reply(io, &frame);
+            } else {
+                at += 1;
+            }
+        }
+    }
+
+    fn answer_client_reply(&mut self, io: &mut impl NodeIo, frame: &[u8]) {
         let connection = Header::decode(frame).ok().and_then(|header| self.clients.get(&header.client).copied());
         self.on_group_reply(io, frame);
         if let Some(connection) = connection {

@@ -38,6 +38,11 @@ impl NodeFigures {
         self.by_shard.insert(shard, figures);
     }
 
+    /// Whether some shard of this node reported hosting the partition's group.
+    pub fn hosted(&self, namespace: Namespace) -> bool {
+        self.by_shard.values().any(|figures| figures.contains_key(&namespace))
+    }
+
     /// A partition's figures, zero for one no shard reported yet.
     pub fn of(&self, namespace: Namespace) -> PartitionFigures {
         self.by_shard.values().find_map(|figures| figures.get(&namespace)).copied().unwrap_or_default()

@@ -27,7 +27,8 @@ pub enum Bug {
     /// were a torn tail never acknowledged: the replica may then nack an op it acknowledged.
     RestartDropsDamagedPrepares,
     /// A node answers a poll without auto-commit from its replica's log as if every prepare it
-    /// holds were committed: a primary serves messages a view change may still discard.
+    /// holds were committed (on a primary holding prepares past its commit point, at once,
+    /// without a read index): a primary serves messages a view change may still discard.
     PollPastCommit,
     /// A replica of a group whose durability is enforced acknowledges prepares once written,
     /// before they are synced (it skips the WAL's fdatasyncs).
