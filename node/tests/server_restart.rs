@@ -20,15 +20,27 @@ const PRODUCERS_PER_TOPIC: u32 = 2;
 const MESSAGES_PER_BATCH: u32 = 10;
 const SENDING_FOR: Duration = Duration::from_millis(1500);
 
+/// An SDK client of `address` that does not reconnect by itself (the tests decide).
+fn sdk_client(address: SocketAddr) -> IggyClient {
+    IggyClient::builder()
+        .with_tcp()
+        .with_server_address(address.to_string())
+        .with_reconnection_max_retries(Some(0))
+        .build()
+        .expect("a client")
+}
+
+/// A message's payload, `producer:sequence`.
+fn producer_sequence(message: &IggyMessage) -> (u32, u64) {
+    let text = String::from_utf8(message.payload.to_vec()).unwrap();
+    let (producer, sequence) = text.split_once(':').unwrap();
+    (producer.parse().unwrap(), sequence.parse().unwrap())
+}
+
 async fn root(address: SocketAddr) -> IggyClient {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let client = IggyClient::builder()
-            .with_tcp()
-            .with_server_address(address.to_string())
-            .with_reconnection_max_retries(Some(0))
-            .build()
-            .expect("a client");
+        let client = sdk_client(address);
         let ready = async {
             client.connect().await?;
             client.login_user(DEFAULT_ROOT_USERNAME, DEFAULT_ROOT_PASSWORD).await?;
@@ -119,9 +131,7 @@ async fn read_partition(client: &IggyClient, topic: &str, partition: u32) -> Vec
         for message in &polled.messages {
             assert_eq!(message.header.offset, offset, "offsets are dense");
             offset += 1;
-            let text = String::from_utf8(message.payload.to_vec()).unwrap();
-            let (producer, sequence) = text.split_once(':').unwrap();
-            read.push((producer.parse().unwrap(), sequence.parse().unwrap()));
+            read.push(producer_sequence(message));
         }
     }
     panic!("partition {partition} did not end");
@@ -193,12 +203,7 @@ async fn kill_mid_send(fsync: bool) {
 async fn first_polls(address: SocketAddr, topic: &str, partition: u32, acknowledged: usize) -> Vec<(u32, u64)> {
     let deadline = Instant::now() + Duration::from_secs(30);
     let client = loop {
-        let client = IggyClient::builder()
-            .with_tcp()
-            .with_server_address(address.to_string())
-            .with_reconnection_max_retries(Some(0))
-            .build()
-            .expect("a client");
+        let client = sdk_client(address);
         match client.connect().await {
             Ok(()) => break client,
             Err(error) => {
@@ -228,11 +233,7 @@ async fn first_polls(address: SocketAddr, topic: &str, partition: u32, acknowled
             "partition {partition}: a poll from offset {} right after the restart returned nothing, with {acknowledged} messages acknowledged",
             read.len()
         );
-        for message in &polled.messages {
-            let text = String::from_utf8(message.payload.to_vec()).unwrap();
-            let (producer, sequence) = text.split_once(':').unwrap();
-            read.push((producer.parse().unwrap(), sequence.parse().unwrap()));
-        }
+        read.extend(polled.messages.iter().map(producer_sequence));
     }
     read
 }
