@@ -21,7 +21,10 @@
 //!    group's reply becomes the body of the command the client sent (`client_reply`).
 //!    A request in flight is sent again, with the same number, until it is answered: exactly
 //!    once, however often.
-//! 5. **Reads** that need no consensus are answered here from committed metadata (`reads`).
+//! 5. **Reads** that need no consensus are answered here from committed metadata (`reads`); a
+//!    poll without auto-commit is answered by the shard hosting its group once that replica has
+//!    executed up to the poll's read index (`Replica::read_round`), so it sees every send
+//!    acknowledged before it arrived, through any node.
 //!
 //! Shard 0 hosts the metadata group and publishes each newly committed metadata to the node's
 //! other shards (`ShardMessage::Metadata`); a shard opens and closes its partition groups as
@@ -1159,7 +1162,7 @@ impl Node {
     }
 
     /// A poll without auto-commit answered now: the machine chooses the range, the group's
-    /// segment log gives its batches (the part of it the log holds: a prefix).
+    /// segment log gives its batches (all of them, or the poll is refused as retriable).
     fn answer_poll(&mut self, io: &mut impl NodeIo, connection: ConnectionId, request: Header, poll: PartitionRequest) {
         let PartitionRequest::Poll { partition, consumer, strategy, count, .. } = poll else {
             unreachable!("only polls are read locally");
