@@ -97,27 +97,23 @@ async fn produce(address: SocketAddr, fsync: bool, producer: u32, stop: Arc<Atom
     (producer, acknowledged)
 }
 
+/// One poll of up to 1000 messages of `partition` of stream `durable`, by offset, without
+/// auto-commit.
+async fn poll_from(client: &IggyClient, topic: &str, partition: u32, offset: u64) -> Result<PolledMessages, IggyError> {
+    let consumer = Consumer::new(Identifier::numeric(7).unwrap());
+    let strategy = PollingStrategy::offset(offset);
+    client.poll_messages(&id("durable"), &id(topic), Some(partition), &consumer, &strategy, 1000, false).await
+}
+
 /// Every message of a partition, read from offset 0: (producer, sequence) in log order.
 /// A group still recovering answers an empty poll, so the read waits (bounded) until the
 /// partition's head, as get_topic reports it, is reached.
 async fn read_partition(client: &IggyClient, topic: &str, partition: u32) -> Vec<(u32, u64)> {
-    let consumer = Consumer::new(Identifier::numeric(7).unwrap());
     let mut read = Vec::new();
     let mut offset = 0;
     let deadline = Instant::now() + Duration::from_secs(20);
     for _ in 0..100_000 {
-        let polled = client
-            .poll_messages(
-                &id("durable"),
-                &id(topic),
-                Some(partition),
-                &consumer,
-                &PollingStrategy::offset(offset),
-                1000,
-                false,
-            )
-            .await
-            .unwrap();
+        let polled = poll_from(client, topic, partition, offset).await.unwrap();
         if polled.messages.is_empty() {
             if offset > polled.current_offset
                 || (polled.current_offset == 0 && offset == 0 && Instant::now() > deadline)
@@ -213,19 +209,9 @@ async fn first_polls(address: SocketAddr, topic: &str, partition: u32, acknowled
         }
     };
     client.login_user(DEFAULT_ROOT_USERNAME, DEFAULT_ROOT_PASSWORD).await.expect("the first login is answered");
-    let consumer = Consumer::new(Identifier::numeric(7).unwrap());
     let mut read = Vec::new();
     while read.len() < acknowledged {
-        let polled = client
-            .poll_messages(
-                &id("durable"),
-                &id(topic),
-                Some(partition),
-                &consumer,
-                &PollingStrategy::offset(read.len() as u64),
-                1000,
-                false,
-            )
+        let polled = poll_from(&client, topic, partition, read.len() as u64)
             .await
             .expect("a poll after the restart is answered");
         assert!(
