@@ -970,7 +970,7 @@ impl Node {
             }
             ClientRequest::GetConsumerOffset(key) => {
                 let cursor = self.bump_cursor(connection);
-                let admitted = admit_offset(&metadata, user_id, client, key, OffsetAction::Get, cursor)?;
+                let admitted = admit_offset(&metadata, user_id, client, key, OffsetAction::Get, cursor, self.bug())?;
                 self.submit(io, connection, &header, admitted)
             }
             ClientRequest::GetClusterMetadata => {
@@ -982,8 +982,15 @@ impl Node {
             _ => {
                 let clients = self.client_summaries(&metadata);
                 let metadata_op = self.view.as_ref().map_or(0, |view| view.op);
-                let reader =
-                    Reader { user_id, client, connection, clients: &clients, metadata_op, figures: &self.figures };
+                let reader = Reader {
+                    user_id,
+                    client,
+                    connection,
+                    clients: &clients,
+                    metadata_op,
+                    figures: &self.figures,
+                    bug: self.bug(),
+                };
                 let body = reads::answer(&metadata, &reader, &request)?;
                 self.answer_here(io, connection, &header, body);
                 Ok(())
@@ -1608,7 +1615,7 @@ impl Node {
                 else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
-                admit_offset(&metadata, user_id, client, &key, OffsetAction::Store(offset), cursor)?
+                admit_offset(&metadata, user_id, client, &key, OffsetAction::Store(offset), cursor, self.bug())?
             }
             _ => {
                 let Ok(ClientRequest::DeleteConsumerOffset { key, .. }) =
@@ -1616,7 +1623,7 @@ impl Node {
                 else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
-                admit_offset(&metadata, user_id, client, &key, OffsetAction::Delete, cursor)?
+                admit_offset(&metadata, user_id, client, &key, OffsetAction::Delete, cursor, self.bug())?
             }
         };
         self.submit(io, connection, &header, admitted)

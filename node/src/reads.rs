@@ -2,6 +2,7 @@
 //! holds the connection from the committed metadata it reads: a node that lags answers with
 //! what it has committed, never with anything uncommitted.
 
+use vireo_protocol::config::Bug;
 use vireo_protocol::wire::{self, ClientRequest, Name};
 
 use crate::admission::{identifier, STATUS_FEATURE_UNAVAILABLE, STATUS_INVALID_COMMAND};
@@ -22,10 +23,17 @@ pub struct Reader<'a> {
     pub metadata_op: u64,
     /// What the partition groups say of themselves (get_stream, get_topic).
     pub figures: &'a NodeFigures,
+    /// The simulator's planted bug, if any (`Bug::SkipReadPermission` skips every check here).
+    pub bug: Option<Bug>,
 }
 
-fn authorize(metadata: &Metadata, user_id: u32, kind: ReadKind) -> Result<(), u32> {
-    metadata.authorize_read(user_id, kind).map_err(|error| error.code())
+impl Reader<'_> {
+    fn authorize(&self, metadata: &Metadata, kind: ReadKind) -> Result<(), u32> {
+        if self.bug == Some(Bug::SkipReadPermission) {
+            return Ok(());
+        }
+        metadata.authorize_read(self.user_id, kind).map_err(|error| error.code())
+    }
 }
 
 /// The option keys each describe_options scope knows: (key, kind, default, description).
@@ -86,7 +94,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             Ok(me.encode())
         }
         ClientRequest::GetClient { client_id } => {
-            authorize(metadata, user_id, ReadKind::Servers)?;
+            reader.authorize(metadata, ReadKind::Servers)?;
             // An unknown client is an empty body (the SDK's None).
             Ok(reader
                 .clients
@@ -105,11 +113,11 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
                 .unwrap_or_default())
         }
         ClientRequest::GetClients => {
-            authorize(metadata, user_id, ReadKind::Servers)?;
+            reader.authorize(metadata, ReadKind::Servers)?;
             Ok(wire::ClientSummary::encode_list(reader.clients))
         }
         ClientRequest::GetStats => {
-            authorize(metadata, user_id, ReadKind::Servers)?;
+            reader.authorize(metadata, ReadKind::Servers)?;
             let (streams_count, topics_count, partitions_count, consumer_groups_count) = wire_view::counts(metadata);
             let stats = wire::StatsReply {
                 process_id: 0,
@@ -147,7 +155,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             Ok(wire::OptionDescription::encode_list(&option_descriptions(*scope)?))
         }
         ClientRequest::GetUsers => {
-            authorize(metadata, user_id, ReadKind::Users)?;
+            reader.authorize(metadata, ReadKind::Users)?;
             let users: Vec<wire::UserResponse> = metadata.users().map(wire_view::user).collect();
             Ok(wire::UserResponse::encode_list(&users))
         }
@@ -156,7 +164,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             // None), before any permission check: the reference answers so.
             let Ok(found) = metadata.resolve_user(&identifier(user)) else { return Ok(Vec::new()) };
             if found.id != user_id {
-                authorize(metadata, user_id, ReadKind::Users)?;
+                reader.authorize(metadata, ReadKind::Users)?;
             }
             Ok(wire_view::user_details(found).encode())
         }
@@ -173,14 +181,14 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             Ok(wire::PersonalAccessTokenInfo::encode_list(&tokens))
         }
         ClientRequest::GetStreams => {
-            authorize(metadata, user_id, ReadKind::Streams)?;
+            reader.authorize(metadata, ReadKind::Streams)?;
             let streams: Vec<wire::Stream> =
                 metadata.streams().map(|stream| wire_view::stream(stream, reader.figures)).collect();
             Ok(wire::Stream::encode_list(&streams))
         }
         ClientRequest::GetStream { stream } => {
             let Ok(stream) = metadata.resolve_stream(&identifier(stream)) else { return Ok(Vec::new()) };
-            authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
+            reader.authorize(metadata, ReadKind::Stream { stream: stream.id })?;
             Ok(wire_view::stream_details(stream, reader.figures).encode())
         }
         ClientRequest::GetTopics { stream } => {
@@ -188,7 +196,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             let Ok(stream) = metadata.resolve_stream(&identifier(stream)) else {
                 return Ok(wire::Topic::encode_list(&[]));
             };
-            authorize(metadata, user_id, ReadKind::Stream { stream: stream.id })?;
+            reader.authorize(metadata, ReadKind::Stream { stream: stream.id })?;
             let topics: Vec<wire::Topic> =
                 stream.topics.values().map(|topic| wire_view::topic(stream.id, topic, reader.figures)).collect();
             Ok(wire::Topic::encode_list(&topics))
@@ -197,13 +205,13 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             let Ok((stream, topic)) = metadata.resolve_topic(&identifier(stream), &identifier(topic)) else {
                 return Ok(Vec::new());
             };
-            authorize(metadata, user_id, ReadKind::Topic { stream: stream.id, topic: topic.id })?;
+            reader.authorize(metadata, ReadKind::Topic { stream: stream.id, topic: topic.id })?;
             Ok(wire_view::topic_details(stream.id, topic, reader.figures).encode())
         }
         ClientRequest::GetConsumerGroups { stream, topic } => {
             let (stream, topic) =
                 metadata.resolve_topic(&identifier(stream), &identifier(topic)).map_err(|error| error.code())?;
-            authorize(metadata, user_id, ReadKind::ConsumerGroups { stream: stream.id, topic: topic.id })?;
+            reader.authorize(metadata, ReadKind::ConsumerGroups { stream: stream.id, topic: topic.id })?;
             let groups: Vec<wire::ConsumerGroupSummary> = topic
                 .consumer_groups
                 .values()
@@ -219,7 +227,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             else {
                 return Ok(Vec::new());
             };
-            authorize(metadata, user_id, ReadKind::ConsumerGroups { stream: stream_id, topic: topic_id })?;
+            reader.authorize(metadata, ReadKind::ConsumerGroups { stream: stream_id, topic: topic_id })?;
             let partitions_count = metadata.topic(stream_id, topic_id).map_or(0, |topic| topic.partitions_count());
             Ok(wire_view::consumer_group(group, partitions_count).encode())
         }
@@ -227,7 +235,7 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
             let (stream_id, topic_id, group) = metadata
                 .resolve_consumer_group(&identifier(stream), &identifier(topic), &identifier(group))
                 .map_err(|error| error.code())?;
-            authorize(metadata, user_id, ReadKind::Poll { stream: stream_id, topic: topic_id })?;
+            reader.authorize(metadata, ReadKind::Poll { stream: stream_id, topic: topic_id })?;
             // Not a member: an empty body, which tells the SDK to join again.
             Ok(group
                 .members

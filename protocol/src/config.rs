@@ -64,10 +64,14 @@ pub enum Bug {
     /// stands, with no read index: a backup that has not yet heard of a commit answers without
     /// a send acknowledged before the poll was sent.
     PollWithoutReadIndex,
+    /// A node answers the reads that need no consensus (get_stream(s), get_topic(s),
+    /// get_consumer_group(s), get_user(s), get_clients, get_stats, get_consumer_offset) without
+    /// checking the user's permission to read.
+    SkipReadPermission,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 19] = [
+    pub const ALL: [Bug; 20] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -87,6 +91,7 @@ impl Bug {
         Bug::PipelinedRequestsOvertake,
         Bug::RejoinWithoutGuard,
         Bug::PollWithoutReadIndex,
+        Bug::SkipReadPermission,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

@@ -45,7 +45,7 @@ use vireo_protocol::wire::{
 use vireo_storage::batch::{self, BatchBuilder};
 use vireo_storage::checksum::checksum64;
 
-use crate::access::{Action, Answer, Rights};
+use crate::access::{token_name, Action, Answer, Read, Rights};
 use crate::kafka_log::{PartitionKey, PollAsk};
 use crate::rng::SimRng;
 use crate::scenario::Volume;
@@ -53,6 +53,10 @@ use crate::scenario::Volume;
 /// The mark of a value sent to the churn topic (bit 63 of its sequence half): the Kafka-log
 /// checker never sees these, the churn ledger does.
 pub const CHURN_VALUE: u128 = 1 << 63;
+
+/// Of the times a client (other than the administrator) picks its next request, how often (ppm)
+/// it asks one of the reads of `Read::ALL` instead.
+const READ_PPM: u32 = 30_000;
 
 /// Ticks a request waits for its reply before the client gives up on the connection.
 pub const REQUEST_TIMEOUT_TICKS: u64 = 300;
@@ -70,23 +74,25 @@ pub struct Identity {
     pub rights: Rights,
 }
 
-pub const ROOT: Identity =
-    Identity { username: "iggy", password: "iggy", rights: Rights { send: true, poll: true, fixed: true } };
-/// May send to the topic, not poll it.
+pub const ROOT: Identity = Identity { username: "iggy", password: "iggy", rights: Rights::ALL };
+/// May send to the topic, not poll it or read anything.
 pub const WRITER: Identity =
-    Identity { username: "writer", password: "writer-secret", rights: Rights { send: true, poll: false, fixed: true } };
-/// May poll the topic, not send to it.
-pub const READER: Identity =
-    Identity { username: "reader", password: "reader-secret", rights: Rights { send: false, poll: true, fixed: true } };
-/// May read the server's stats and the users, nothing on any stream.
+    Identity { username: "writer", password: "writer-secret", rights: Rights { send: true, ..Rights::NONE } };
+/// May read the topic (and so poll it), not send to it or read its stream.
+pub const READER: Identity = Identity {
+    username: "reader",
+    password: "reader-secret",
+    rights: Rights { poll: true, read_topic: true, ..Rights::NONE },
+};
+/// May read the server's stats and clients and the users, nothing on any stream.
 pub const STRANGER: Identity = Identity {
     username: "stranger",
     password: "stranger-secret",
-    rights: Rights { send: false, poll: false, fixed: true },
+    rights: Rights { read_servers: true, read_users: true, ..Rights::NONE },
 };
 /// Its permissions flip and it is deleted and created again while it works.
 pub const TEMP: Identity =
-    Identity { username: "temp", password: "temp-secret", rights: Rights { send: true, poll: true, fixed: false } };
+    Identity { username: "temp", password: "temp-secret", rights: Rights { fixed: false, ..Rights::ALL } };
 
 /// The users the administrator creates, in order, after the topic.
 pub const USERS: [Identity; 4] = [WRITER, READER, STRANGER, TEMP];
@@ -145,6 +151,8 @@ enum Work {
     },
     /// A poll of the churn topic's partition 0 from offset 0.
     ChurnPoll,
+    /// A read of the workload's objects, for the access checker.
+    Read(Read),
     Join,
     Leave,
 }
@@ -294,6 +302,17 @@ pub enum Observation {
     /// A poll of the churn topic answered with these values.
     ChurnPolled {
         values: Vec<u128>,
+    },
+    /// Names a read's reply gave this client's user that only their owner may see.
+    Names {
+        user: &'static str,
+        read: Read,
+        names: Vec<String>,
+    },
+    /// A read's reply that does not decode.
+    Malformed {
+        read: Read,
+        error: String,
     },
 }
 
@@ -629,13 +648,17 @@ impl StreamClient {
         if self.role != Role::Admin && rng.chance(5_000) {
             return Some(Work::Logout);
         }
-        if self.identity == READER && !self.finishing {
-            // A reader keeps tokens: one that lasts, one that expires at once; and deletes one
-            // now and then (a later login with it must fail).
+        if self.role != Role::Admin && !self.finishing && rng.chance(READ_PPM) {
+            return Some(Work::Read(*rng.pick(&Read::ALL)));
+        }
+        if self.identity != ROOT && self.identity.rights.fixed && !self.finishing {
+            // A user keeps tokens: one that lasts, one that expires at once; and deletes one
+            // now and then (a later login with it must fail). Several users hold tokens, so a
+            // listing that shows another user's is caught.
             if self.tokens.len() < 2 && rng.chance(50_000) {
                 self.tokens_made += 1;
                 let lasting = self.tokens.iter().all(|token| !token.valid);
-                let name = format!("r{}-{}", self.index, self.tokens_made);
+                let name = token_name(self.identity.username, self.index, self.tokens_made);
                 return Some(Work::CreateToken { name, expiry: if lasting { 0 } else { 1 } });
             }
             if rng.chance(5_000) {
@@ -744,16 +767,7 @@ impl StreamClient {
             (header, body)
         };
         let churn = || wire::Identifier::Name(Name::new("churn").expect("name"));
-        let topic_rights = |send: bool, poll: bool| {
-            let mut permissions = wire::Permissions::default();
-            let mut stream = wire::StreamPermissions::default();
-            stream.topics.insert(
-                TOPIC,
-                wire::TopicPermissions { send_messages: send, poll_messages: poll, ..Default::default() },
-            );
-            permissions.streams.insert(STREAM, stream);
-            permissions
-        };
+        let topic_rights = |send: bool, poll: bool| permissions_of(Rights { send, poll, ..Rights::NONE });
         match work {
             Work::Login { .. } => unreachable!("built by tick"),
             Work::Logout => {
@@ -804,14 +818,7 @@ impl StreamClient {
                     },
                     AdminStep::CreateUser(index) => {
                         let user = USERS[*index];
-                        let permissions = if user == STRANGER {
-                            let mut permissions = wire::Permissions::default();
-                            permissions.global.read_servers = true;
-                            permissions.global.read_users = true;
-                            permissions
-                        } else {
-                            topic_rights(user.rights.send, user.rights.poll)
-                        };
+                        let permissions = permissions_of(user.rights);
                         ClientRequest::CreateUser {
                             username: name(user.username),
                             password: ShortBytes::new(user.password.as_bytes().to_vec()).expect("password"),
@@ -869,6 +876,37 @@ impl StreamClient {
                 let mut header = self.request_header(OPERATION_SEND_MESSAGES, self.request_counter, session);
                 header.parent = checksum64(&body) as u128;
                 (header, body)
+            }
+            Work::Read(read) => {
+                let other = if self.identity == ROOT { WRITER.username } else { ROOT.username };
+                let request = match read {
+                    Read::Streams => ClientRequest::GetStreams,
+                    Read::Stream => ClientRequest::GetStream { stream: id(STREAM) },
+                    Read::Topics => ClientRequest::GetTopics { stream: id(STREAM) },
+                    Read::Topic => ClientRequest::GetTopic { stream: id(STREAM), topic: id(TOPIC) },
+                    Read::ConsumerGroups => ClientRequest::GetConsumerGroups { stream: id(STREAM), topic: id(TOPIC) },
+                    Read::ConsumerGroup => {
+                        ClientRequest::GetConsumerGroup { stream: id(STREAM), topic: id(TOPIC), group: id(GROUP) }
+                    }
+                    Read::Users => ClientRequest::GetUsers,
+                    Read::User { own } => ClientRequest::GetUser {
+                        user: wire::Identifier::Name(name(if *own { self.identity.username } else { other })),
+                    },
+                    Read::Clients => ClientRequest::GetClients,
+                    Read::Stats => ClientRequest::GetStats,
+                    Read::PersonalAccessTokens => ClientRequest::GetPersonalAccessTokens,
+                    Read::ConsumerOffset => ClientRequest::GetConsumerOffset(wire::ConsumerOffsetKey {
+                        consumer: Consumer { kind: ConsumerKind::Consumer, id: id(self.index as u32) },
+                        stream: id(STREAM),
+                        topic: id(TOPIC),
+                        partition_id: Some(topology.partitions.first().copied().unwrap_or(0)),
+                    }),
+                    Read::ClusterMetadata => ClientRequest::GetClusterMetadata,
+                    Read::DescribeOptions => ClientRequest::DescribeOptions { scope: 1 },
+                };
+                let mut header = self.request_header(OPERATION_NON_REPLICATED, self.request_counter, session);
+                header.command_code = request.command_code();
+                (header, request.encode())
             }
             Work::ChurnPoll => {
                 let poll = PollMessages {
@@ -987,6 +1025,10 @@ impl StreamClient {
                     self.access(Action::Poll, refused);
                     Observation::Denied { operation: OPERATION_NON_REPLICATED, status: header.status }
                 }
+                Work::Read(read) => {
+                    self.access(Action::Read(read), refused);
+                    Observation::Denied { operation: OPERATION_NON_REPLICATED, status: header.status }
+                }
                 Work::Admin(step) => {
                     self.admin_steps.retain(|queued| *queued != step);
                     Observation::Admin { step: step.name(), ids: Vec::new(), status: header.status }
@@ -1060,6 +1102,24 @@ impl StreamClient {
                 Ok(reply) if reply.appended.len() == 1 => Observation::ChurnSendAcked { values },
                 _ => return,
             },
+            Work::Read(read) => {
+                if message.body.is_empty() {
+                    self.access(Action::Read(read), Answer::Absent);
+                    return;
+                }
+                self.access(Action::Read(read), Answer::Succeeded);
+                let names = match read {
+                    Read::PersonalAccessTokens => wire::PersonalAccessTokenInfo::decode_list(&message.body)
+                        .map(|tokens| tokens.iter().map(|token| token.name.as_str().to_string()).collect()),
+                    Read::User { own: true } => wire::UserDetails::decode(&message.body)
+                        .map(|user| vec![user.user.username.as_str().to_string()]),
+                    _ => return,
+                };
+                match names {
+                    Ok(names) => Observation::Names { user: self.identity.username, read, names },
+                    Err(error) => Observation::Malformed { read, error: error.to_string() },
+                }
+            }
             Work::ChurnPoll => {
                 let Ok(reply) = wire::PollReply::decode(&message.body) else { return };
                 Observation::ChurnPolled { values: polled(&reply).into_iter().map(|(_, id)| id).collect() }
@@ -1113,6 +1173,29 @@ impl StreamClient {
         };
         self.observations.push(observation);
     }
+}
+
+/// The permissions the administrator gives a user the access checker's model says has `rights`
+/// (on the workload's stream and topic, and the server).
+fn permissions_of(rights: Rights) -> wire::Permissions {
+    let mut permissions = wire::Permissions::default();
+    permissions.global.read_streams = rights.read_streams;
+    permissions.global.read_servers = rights.read_servers;
+    permissions.global.read_users = rights.read_users;
+    let mut stream = wire::StreamPermissions { read_stream: rights.read_stream, ..Default::default() };
+    let topic = wire::TopicPermissions {
+        read_topic: rights.read_topic,
+        poll_messages: rights.poll,
+        send_messages: rights.send,
+        manage_topic: false,
+    };
+    if topic != wire::TopicPermissions::default() {
+        stream.topics.insert(TOPIC, topic);
+    }
+    if stream != wire::StreamPermissions::default() {
+        permissions.streams.insert(STREAM, stream);
+    }
+    permissions
 }
 
 /// The bytes of the largest batch a producer of this volume sends (payloads, message frames

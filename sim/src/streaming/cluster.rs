@@ -1018,6 +1018,12 @@ impl StreamingCluster {
                 Observation::Access { user, rights, action, answer } => {
                     self.access.observe(actor, user, rights, action, answer).map_err(|anomaly| anomaly.to_string())?;
                 }
+                Observation::Names { user, read, names } => {
+                    self.access.observe_names(actor, user, read, &names).map_err(|anomaly| anomaly.to_string())?;
+                }
+                Observation::Malformed { read, error } => {
+                    return Err(format!("c{index}: the reply to {read:?} does not decode: {error}"));
+                }
                 Observation::Nothing => {}
                 Observation::LoggedIn { session } => {
                     self.counters.logins += 1;
