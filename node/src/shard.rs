@@ -155,7 +155,9 @@ impl Group<PartitionMachine> {
         // The group's checkpoints wait for the log to hold their state durably, and its
         // acknowledgements for the log to hold the prepares' batches.
         let durable = segments.durable_cursor();
-        let ackable = segments.ack_cursor(&self.replica, self.replica.config().sync_writes);
+        let config = self.replica.config();
+        let enforced = config.sync_writes && config.bug != Some(Bug::SegmentLogAckBeforeSync);
+        let ackable = segments.ack_cursor(&self.replica, enforced);
         if (durable, ackable) != self.reported || self.replica.journal_replaced() {
             self.reported = (durable, ackable);
             self.replica.external_log_durable(&mut group_io, durable, ackable);

@@ -68,10 +68,17 @@ pub enum Bug {
     /// get_consumer_group(s), get_user(s), get_clients, get_stats, get_consumer_offset) without
     /// checking the user's permission to read.
     SkipReadPermission,
+    /// A partition's segment log, with the topic's durability enforced, reports the batches it
+    /// wrote as held before it synced them: a replica that leaves its prepares' batches to the
+    /// log acknowledges batches a power loss may take.
+    SegmentLogAckBeforeSync,
+    /// The metadata group's replicas (always enforced) acknowledge prepares once written, before
+    /// they are synced: `AckBeforeSync` for the metadata group alone.
+    MetadataAckBeforeSync,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 20] = [
+    pub const ALL: [Bug; 22] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -92,6 +99,8 @@ impl Bug {
         Bug::RejoinWithoutGuard,
         Bug::PollWithoutReadIndex,
         Bug::SkipReadPermission,
+        Bug::SegmentLogAckBeforeSync,
+        Bug::MetadataAckBeforeSync,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

@@ -339,7 +339,10 @@ impl<S: StateMachine> Replica<S> {
                 self.wal.outstanding -= 1;
                 if self.wal.outstanding == 0 {
                     let prepares = self.wal.stage == WalStage::Prepares;
-                    if !self.config.sync_writes || self.config.bug == Some(Bug::AckBeforeSync) {
+                    let bug = self.config.bug;
+                    let unsynced = bug == Some(Bug::AckBeforeSync)
+                        || (bug == Some(Bug::MetadataAckBeforeSync) && self.config.namespace.is_metadata());
+                    if !self.config.sync_writes || unsynced {
                         // Durability is not enforced: completed writes are what is promised (they
                         // survive the process, in the kernel), in the same order.
                         if prepares {

@@ -390,6 +390,12 @@ impl<S: StateMachine> Replica<S> {
         self.journal.get_exact(op, checksum).is_some()
     }
 
+    /// Whether this replica holds the prepare whole: its header and its body (a prepare whose WAL
+    /// slot left its batches to an external log holds them only if the log gave them back).
+    pub fn holds_prepare_whole(&self, op: u64, checksum: u128) -> bool {
+        self.journal.get_exact(op, checksum).is_some_and(|entry| entry.body.is_some() && !entry.faulty)
+    }
+
     /// The prepares this replica holds past its last executed op, in op order, as far as their
     /// bodies are here: not committed as far as it knows. For a planted bug that serves them.
     pub fn prepares_past_commit(&self) -> impl Iterator<Item = (&Header, &[u8])> {

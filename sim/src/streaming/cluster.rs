@@ -196,6 +196,8 @@ pub struct StreamingCounters {
     /// running at the end), and those their logs lacked.
     pub prepares_filled: u64,
     pub prepares_unfilled: u64,
+    /// Power losses right after a write completed, before its sync (`enforce_fsync` runs).
+    pub power_cuts_before_sync: u64,
     /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
     pub segment_logs_dropped: u64,
     /// Segment logs that failed (a write or sync the device refused) and were opened again from
@@ -313,12 +315,12 @@ pub struct StreamingCluster {
 
 /// What `check` says of the replica an ack came from, if the node still hosts that group's
 /// incarnation (the metadata group on shard 0, a partition's on its owning shard).
-fn hosted_replica_holds(
+fn hosted_replica_holds<T>(
     shards: &[Node],
     shard_count: u16,
     ack: &Ack,
-    check: impl FnOnce(&dyn AckedReplica) -> bool,
-) -> Option<bool> {
+    check: impl FnOnce(&dyn AckedReplica) -> T,
+) -> Option<T> {
     let namespace = vireo_protocol::header::group_namespace(ack.group)?;
     let shard = shards.get(vireo_node::routing::shard_of(namespace, shard_count) as usize)?.shard();
     if namespace.is_metadata() {
@@ -333,12 +335,16 @@ fn hosted_replica_holds(
 /// The two replica kinds a node hosts, as the acknowledgement checker asks them.
 trait AckedReplica {
     fn holds_prepare(&self, op: u64, checksum: u128) -> bool;
+    fn holds_prepare_whole(&self, op: u64, checksum: u128) -> bool;
     fn checkpoint_op(&self) -> u64;
 }
 
 impl<S: vireo_protocol::StateMachine> AckedReplica for vireo_protocol::Replica<S> {
     fn holds_prepare(&self, op: u64, checksum: u128) -> bool {
         vireo_protocol::Replica::holds_prepare(self, op, checksum)
+    }
+    fn holds_prepare_whole(&self, op: u64, checksum: u128) -> bool {
+        vireo_protocol::Replica::holds_prepare_whole(self, op, checksum)
     }
     fn checkpoint_op(&self) -> u64 {
         self.superblock_durable().checkpoint_op
@@ -742,6 +748,11 @@ impl StreamingCluster {
                 let deleted = |ack: &Ack| !namespace.is_metadata() && live_incarnation != Some(ack.cluster as u64);
                 let node = &mut self.nodes[index as usize];
                 let shards = node.shards.len() as u16;
+                // A disk that takes no faults loses nothing synced: a prepare its replica
+                // acknowledged comes back whole, batches included (from the WAL, or from the
+                // segment log its WAL slot left them to). Elsewhere damage may have taken the
+                // body, and the header is the promise kept (the body is repaired from peers).
+                let sound = node.disk.fault_zone.is_none();
                 let mut promised = std::mem::take(&mut node.promised);
                 let mut forgotten = None;
                 promised.retain(|ack| {
@@ -752,12 +763,20 @@ impl StreamingCluster {
                         return false;
                     }
                     let kept = hosted_replica_holds(&node.shards, shards, ack, |replica| {
-                        ack.op <= replica.checkpoint_op() || replica.holds_prepare(ack.op, ack.checksum)
+                        let (op, checksum) = (ack.op, ack.checksum);
+                        let held = if sound {
+                            replica.holds_prepare_whole(op, checksum)
+                        } else {
+                            replica.holds_prepare(op, checksum)
+                        };
+                        // Whole or not at all, for the message that names what was lost.
+                        let header = replica.holds_prepare(op, checksum);
+                        (op <= replica.checkpoint_op() || held, header)
                     });
                     match kept {
-                        Some(true) => false,
-                        Some(false) => {
-                            forgotten.get_or_insert(*ack);
+                        Some((true, _)) => false,
+                        Some((false, header)) => {
+                            forgotten.get_or_insert((*ack, header));
                             false
                         }
                         // Another incarnation of the namespace opened: not its promise.
@@ -765,10 +784,15 @@ impl StreamingCluster {
                     }
                 });
                 node.promised = promised;
-                if let Some(ack) = forgotten {
+                if let Some((ack, header)) = forgotten {
+                    let found = if header {
+                        "its header but not its body, on a disk that takes no faults"
+                    } else {
+                        "neither its body nor its header"
+                    };
                     return Err(format!(
                         "n{index} group {} acknowledged op {} (prepare {:x}) and lost it in a crash: \
-                         recovery found neither its body nor its header (incarnation {})",
+                         recovery found {found} (incarnation {})",
                         group_name(namespace),
                         ack.op,
                         ack.checksum,
@@ -826,11 +850,32 @@ impl StreamingCluster {
         self.start_node(index)
     }
 
+    /// Right after a write completed on the node's disk, and before anything syncs it: in a run
+    /// whose durability is enforced, a power loss here takes what a premature acknowledgement
+    /// (of the WAL, or of a segment log that reports batches held once written) promised.
+    fn maybe_cut_power_before_sync(&mut self, index: u8) {
+        let faults = &self.scenario.core.faults;
+        if !self.faults
+            || self.liveness_started_tick.is_some()
+            || !self.scenario.core.enforce_fsync
+            || !self.rng.chance(faults.crash_in_write_ppm)
+        {
+            return;
+        }
+        self.counters.power_cuts_before_sync += 1;
+        self.crash_and_schedule_restart(index);
+    }
+
     fn maybe_crash(&mut self, index: u8) {
         if !self.faults || self.liveness_started_tick.is_some() || !self.rng.chance(self.scenario.core.faults.crash_ppm)
         {
             return;
         }
+        self.crash_and_schedule_restart(index);
+    }
+
+    /// Crashes the node, if no more than `max_down` nodes are then down, and schedules its restart.
+    fn crash_and_schedule_restart(&mut self, index: u8) {
         let down = (0..self.nodes.len() as u8).filter(|node| !self.node_up(*node)).count();
         if down < self.max_down {
             self.crash(index);
@@ -1269,7 +1314,11 @@ impl StreamingCluster {
                 let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
                 let completion: Completion =
                     self.nodes[node as usize].disk.carry_out(request, token, &mut self.rng, rates);
+                let wrote = matches!(completion, Completion::Write { result: Ok(_), .. });
                 with_node!(self, node, shard, |target, io| target.on_completion(&mut io, completion));
+                if wrote {
+                    self.maybe_cut_power_before_sync(node);
+                }
                 self.maybe_crash(node);
             }
             Event::ClientFrame { connection, bytes } => {
