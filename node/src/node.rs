@@ -1189,11 +1189,17 @@ impl Node {
                 bug_plan = Some(committed);
             }
         }
-        let plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
+        let mut plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
             Some(_) if bug_plan.is_some() => bug_plan.take().expect("checked"),
             Some(replica) => replica.state_machine().plan_read(partition, consumer, strategy, count),
             None => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
         };
+        if open && self.bug() == Some(Bug::ReadUncheckedTail) {
+            // The planted bug: the range goes on as far as the segment log does.
+            let log_end = self.shard.segment_log(group).and_then(|segments| segments.log()).map(|log| log.end_offset());
+            let room = log_end.unwrap_or(0).saturating_sub(plan.start).min(count as u64) as u32;
+            plan.count = plan.count.max(room);
+        }
         // A poll gets its whole range or is refused as retriable (a prefix would miss sends
         // acknowledged before it): the log here may not hold all of it yet (the read index waits
         // for that, the planted bugs do not).

@@ -75,10 +75,14 @@ pub enum Bug {
     /// The metadata group's replicas (always enforced) acknowledge prepares once written, before
     /// they are synced: `AckBeforeSync` for the metadata group alone.
     MetadataAckBeforeSync,
+    /// A partition's segment log serves reads up to its end, past what it has checked against
+    /// its machine: a tail appended from prepares a view change replaced, or that a crash took
+    /// from the WAL, is read as if committed until the log cuts it.
+    ReadUncheckedTail,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 22] = [
+    pub const ALL: [Bug; 23] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -101,6 +105,7 @@ impl Bug {
         Bug::SkipReadPermission,
         Bug::SegmentLogAckBeforeSync,
         Bug::MetadataAckBeforeSync,
+        Bug::ReadUncheckedTail,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

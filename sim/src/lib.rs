@@ -16,6 +16,7 @@ pub mod local;
 pub mod network;
 pub mod partition_harness;
 pub mod partition_mirror;
+pub mod planted;
 pub mod queue;
 pub mod register_log;
 pub mod rng;

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use vireo_protocol::config::Bug;
 use vireo_sim::run::{install_panic_hook, run_seed, run_traced, RunReport};
 use vireo_sim::scenario::{FaultLevel, Overrides, Volume, Workload};
-use vireo_sim::seeds;
+use vireo_sim::{planted, seeds};
 
 #[derive(Parser)]
 #[command(name = "vireo-sim", about = "Vireo's deterministic cluster simulator")]
@@ -124,6 +124,15 @@ enum Command {
     },
     /// Replay a seed file from seeds/.
     Replay { file: std::path::PathBuf },
+    /// Run every planted bug's window (`vireo_sim::planted`), or one bug's, whole, and print
+    /// how many of its seeds catch it (a catch must pass without the bug).
+    Planted {
+        #[arg(long, value_parser = parse_bug)]
+        bug: Option<Bug>,
+        /// Worker threads, one bug's window each (default: all cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
 }
 
 fn replay_command(seed: u64, overrides: &Overrides) -> String {
@@ -226,12 +235,51 @@ fn sweep(seeds: u64, start: u64, jobs: Option<usize>, overrides: &Overrides, bug
     }
 }
 
+fn planted(only: Option<Bug>, jobs: Option<usize>) -> ExitCode {
+    let bugs: Vec<Bug> = only.map_or_else(|| Bug::ALL.to_vec(), |bug| vec![bug]);
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)).max(1);
+    let next = AtomicU64::new(0);
+    let blind = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let at = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(&bug) = bugs.get(at) else { break };
+                let run = planted::run_window(bug, None);
+                let caught = run.catches.len();
+                if caught < planted::CATCHES_MIN || !run.failing_without_bug.is_empty() {
+                    blind.fetch_add(1, Ordering::Relaxed);
+                }
+                let first: Vec<u64> = run.catches.iter().take(5).map(|catch| catch.seed).collect();
+                println!(
+                    "{:<30} caught by {caught:>3} of {} seeds ({:.1}%), first {first:?}: {}",
+                    bug.name(),
+                    run.seeds_run,
+                    caught as f64 * 100.0 / run.seeds_run.max(1) as f64,
+                    planted::window(bug).command(bug)
+                );
+                for clean in &run.failing_without_bug {
+                    println!("  seed {} fails without the bug too: {}", clean.seed, clean.message);
+                }
+            });
+        }
+    });
+    println!("wall_s={:.1}", started.elapsed().as_secs_f64());
+    if blind.load(Ordering::Relaxed) == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     install_panic_hook();
     let cli = Cli::parse();
     match cli.command {
         Command::Run { seed, trace, bug, overrides } => run_one(seed, &overrides.overrides(), trace, bug),
         Command::Sweep { seeds, start, jobs, bug, overrides } => sweep(seeds, start, jobs, &overrides.overrides(), bug),
+        Command::Planted { bug, jobs } => planted(bug, jobs),
         Command::Replay { file } => {
             let text = match std::fs::read_to_string(&file) {
                 Ok(text) => text,

@@ -210,6 +210,8 @@ struct Pending {
     /// The request_checksum the request carried (0 if none): its reply echoes it.
     checksum: u128,
     sent_tick: u64,
+    /// The partition a send named (`Partitioning::PartitionId`), if it named one.
+    partition: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,6 +311,11 @@ pub enum Observation {
         read: Read,
         names: Vec<String>,
     },
+    /// A send to `partition` was acknowledged while an earlier send to it on the same connection
+    /// was unanswered.
+    Overtaken {
+        partition: u32,
+    },
     /// A read's reply that does not decode.
     Malformed {
         read: Read,
@@ -353,6 +360,8 @@ pub struct StreamClient {
     pub volume: Volume,
     /// Values of a send this client just started, for the checker (taken by the cluster).
     pub invoked: Option<Vec<u128>>,
+    /// The partition the send being built names, if it names one (taken by `start`).
+    named_partition: Option<u32>,
     /// What the client saw since the cluster last took them.
     pub observations: Vec<Observation>,
 }
@@ -410,6 +419,7 @@ impl StreamClient {
             batch_messages_max: Volume::Normal.batch_messages_max(),
             volume: Volume::Normal,
             invoked: None,
+            named_partition: None,
             observations: Vec::new(),
         }
     }
@@ -576,7 +586,9 @@ impl StreamClient {
                 let mut header = self.request_header(OPERATION_REGISTER, 0, 0);
                 header.parent = checksum64(&body) as u128;
                 let checksum = header.parent;
-                self.pending.push(Pending { work: Work::Login { right }, request: 0, checksum, sent_tick: tick });
+                let login =
+                    Pending { work: Work::Login { right }, request: 0, checksum, sent_tick: tick, partition: None };
+                self.pending.push(login);
                 return Some(ClientAction::Frame(Message::new(header, body).encode()));
             }
             Login::LoggedIn { .. } => {}
@@ -591,7 +603,9 @@ impl StreamClient {
         if let Work::Send { values } = &work {
             self.invoked = Some(values.clone());
         }
-        self.pending.push(Pending { work, request: header.request, checksum: header.parent, sent_tick: tick });
+        let partition = self.named_partition.take();
+        let pending = Pending { work, request: header.request, checksum: header.parent, sent_tick: tick, partition };
+        self.pending.push(pending);
         ClientAction::Frame(Message::new(header, body).encode())
     }
 
@@ -621,6 +635,25 @@ impl StreamClient {
             context: Vec::new(),
         };
         (ClientRequest::LoginRegister(login).encode(), right)
+    }
+
+    /// A connection's sends to one partition are answered in the order sent: the node hands a
+    /// group one request of a connection at a time, and the connection keeps replies in order.
+    /// A send acknowledged while an earlier send to its partition on the same connection waits
+    /// for its answer overtook it (the earlier may never be applied, or be applied after it).
+    fn check_send_order(&mut self, index: usize, body: &[u8]) {
+        if !matches!(self.pending[index].work, Work::Send { .. }) {
+            return;
+        }
+        let Ok(reply) = SendMessagesReply::decode(body) else { return };
+        let Some(appended) = reply.appended.first() else { return };
+        let partition = appended.partition_id;
+        let overtaken = self.pending[..index]
+            .iter()
+            .any(|earlier| matches!(earlier.work, Work::Send { .. }) && earlier.partition == Some(partition));
+        if overtaken {
+            self.observations.push(Observation::Overtaken { partition });
+        }
     }
 
     fn access(&mut self, action: Action, answer: Answer) {
@@ -937,7 +970,11 @@ impl StreamClient {
                 }
                 let partitioning = match rng.below(3) {
                     0 => Partitioning::Balanced,
-                    1 => Partitioning::PartitionId(*rng.pick(&topology.partitions)),
+                    1 => {
+                        let partition = *rng.pick(&topology.partitions);
+                        self.named_partition = Some(partition);
+                        Partitioning::PartitionId(partition)
+                    }
                     _ => Partitioning::MessagesKey(
                         MessagesKey::new(format!("key-{}", rng.below(16)).into_bytes()).expect("a short key"),
                     ),
@@ -1000,6 +1037,9 @@ impl StreamClient {
         else {
             return;
         };
+        if header.status == 0 {
+            self.check_send_order(index, &message.body);
+        }
         let pending = self.pending.remove(index);
         if header.status != 0 {
             // A short pause: a user that may not send still works through its script.

@@ -141,6 +141,12 @@ struct SimNode {
     /// What the replicas had acknowledged and still held when the node crashed: each group's
     /// recovery must find its own again (by body or header), or a checkpoint covering it.
     promised: BTreeSet<Ack>,
+    /// The deletion watch (`watch_deletions`): each partition group the node's committed
+    /// metadata holds, with the last metadata op seen holding it; and the groups it no longer
+    /// holds, with that op. Cleared by a crash.
+    groups_held: BTreeMap<Namespace, u64>,
+    groups_deleted: BTreeMap<Namespace, u64>,
+    metadata_op_seen: u64,
 }
 
 /// Counters a run reports.
@@ -434,6 +440,9 @@ impl StreamingCluster {
                     channel_depth: vec![0; scenario.shards as usize],
                     acked: BTreeSet::new(),
                     promised: BTreeSet::new(),
+                    groups_held: BTreeMap::new(),
+                    groups_deleted: BTreeMap::new(),
+                    metadata_op_seen: 0,
                 }
             })
             .collect();
@@ -620,6 +629,9 @@ impl StreamingCluster {
 
     /// Takes one shard's events into the checkers and the trace.
     fn drain(&mut self, index: u8, shard: u16) -> Result<(), String> {
+        if shard == 0 {
+            self.observe_metadata(index);
+        }
         loop {
             let node = &mut self.nodes[index as usize];
             let Some(event) = node.shards.get_mut(shard as usize).and_then(Node::poll_event) else { return Ok(()) };
@@ -823,6 +835,9 @@ impl StreamingCluster {
         // Promises not checked yet (a group still opening when the node crashed again) stand.
         node.promised.extend(acked);
         node.shards.clear();
+        node.groups_held.clear();
+        node.groups_deleted.clear();
+        node.metadata_op_seen = 0;
         node.incarnation += 1;
         node.crashes += 1;
         // Topics without enforce_fsync promise only what survives the process: their runs kill
@@ -840,6 +855,55 @@ impl StreamingCluster {
         for connection in broken {
             self.queue.push(self.now, Event::ConnectionClosed { connection });
         }
+    }
+
+    /// The metadata a node committed, as the deletion watch follows it: which partition groups it
+    /// holds, as of which op. Called after every event the node handles.
+    fn observe_metadata(&mut self, index: u8) {
+        let node = &mut self.nodes[index as usize];
+        let Some(metadata) = node.shards.first().and_then(|shard| shard.shard().metadata()) else { return };
+        let op = metadata.commit_min();
+        if op == node.metadata_op_seen {
+            return;
+        }
+        node.metadata_op_seen = op;
+        let partitions = metadata.state_machine().partitions();
+        let gone: Vec<Namespace> =
+            node.groups_held.keys().filter(|namespace| !partitions.contains_key(namespace)).copied().collect();
+        for namespace in gone {
+            let held_to = node.groups_held.remove(&namespace).expect("listed");
+            node.groups_deleted.insert(namespace, held_to);
+        }
+        for namespace in partitions.keys() {
+            node.groups_held.insert(*namespace, op);
+            node.groups_deleted.remove(namespace);
+        }
+    }
+
+    /// A deleted group's files go only once the node's metadata holds the deletion durably: the
+    /// durable commit point past the last op that still held the group. Otherwise a restart
+    /// publishes the older metadata, reopens the group and finds its files gone. Checked when a
+    /// removal leaves a group that the node's committed metadata deleted with no file at all.
+    fn watch_deletions(&mut self, index: u8, namespace: Namespace) -> Result<(), String> {
+        self.observe_metadata(index);
+        let node = &self.nodes[index as usize];
+        let Some(&held_to) = node.groups_deleted.get(&namespace) else { return Ok(()) };
+        if !node.disk.list(namespace).is_empty() {
+            return Ok(());
+        }
+        let durable = node
+            .shards
+            .first()
+            .and_then(|shard| shard.shard().metadata())
+            .map_or(0, |metadata| metadata.superblock_durable().commit_max);
+        if durable <= held_to {
+            return Err(format!(
+                "n{index} removed every file of deleted group {} while its durable metadata commit point {durable} \
+                 was not past op {held_to}, which still held the group: a restart reopens it without them",
+                group_name(namespace)
+            ));
+        }
+        Ok(())
     }
 
     pub fn restart(&mut self, index: u8) -> Result<(), String> {
@@ -1065,6 +1129,12 @@ impl StreamingCluster {
                 }
                 Observation::Names { user, read, names } => {
                     self.access.observe_names(actor, user, read, &names).map_err(|anomaly| anomaly.to_string())?;
+                }
+                Observation::Overtaken { partition } => {
+                    return Err(format!(
+                        "c{index}: a send to partition {partition} was acknowledged while an earlier send to it \
+                         on the same connection was unanswered: pipelined requests overtook each other"
+                    ));
                 }
                 Observation::Malformed { read, error } => {
                     return Err(format!("c{index}: the reply to {read:?} does not decode: {error}"));
@@ -1311,9 +1381,16 @@ impl StreamingCluster {
                     return Ok(());
                 }
                 self.hash(&[6, node as u64, shard as u64, token.0]);
+                let removed = match &request {
+                    DiskRequest::Remove { file } if !file.namespace.is_metadata() => Some(file.namespace),
+                    _ => None,
+                };
                 let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
                 let completion: Completion =
                     self.nodes[node as usize].disk.carry_out(request, token, &mut self.rng, rates);
+                if let Some(namespace) = removed {
+                    self.watch_deletions(node, namespace)?;
+                }
                 let wrote = matches!(completion, Completion::Write { result: Ok(_), .. });
                 with_node!(self, node, shard, |target, io| target.on_completion(&mut io, completion));
                 if wrote {
