@@ -99,10 +99,11 @@ impl Network {
         }
     }
 
-    /// Cuts one replica off from every other until `until_tick` (unless a partition is on).
-    pub fn isolate(&mut self, isolated: u8, tick: u64, until_tick: u64) {
+    /// Cuts one replica off from every other until `until_tick` (unless a partition is on);
+    /// whether it did.
+    pub fn isolate(&mut self, isolated: u8, tick: u64, until_tick: u64) -> bool {
         if !self.faults_enabled || self.partition_until_tick != 0 || until_tick <= tick {
-            return;
+            return false;
         }
         self.partitions += 1;
         for other in 0..self.replica_count {
@@ -112,6 +113,7 @@ impl Network {
             }
         }
         self.partition_until_tick = until_tick;
+        true
     }
 
     fn heal_partition(&mut self) {
@@ -120,6 +122,15 @@ impl Network {
             row.iter_mut().for_each(|cut| *cut = false);
         }
         self.partition_until_tick = 0;
+    }
+
+    /// Whether the path from `from` to `to` is cut now: a message in flight on it when the cut
+    /// came is lost with it, as a connection reset loses what it had not delivered.
+    pub fn cut(&self, from: Peer, to: Peer) -> bool {
+        match (from, to) {
+            (Peer::Replica(a), Peer::Replica(b)) => self.blocked[a as usize][b as usize],
+            _ => false,
+        }
     }
 
     /// The delays (ns from now) at which copies of one message arrive: none if it is lost.

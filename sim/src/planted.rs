@@ -44,6 +44,20 @@ fn streaming() -> Overrides {
     Overrides { workload: Workload::Streaming, ..Overrides::default() }
 }
 
+/// Why no window catches a bug yet, for the few the simulator is still blind to: the test holds
+/// that these, and only these, are.
+pub fn blind_spot(bug: Bug) -> Option<&'static str> {
+    match bug {
+        Bug::ReadUncheckedTail => Some(
+            "a segment log cuts a tail it holds as soon as prepares that differ from it arrive (or the journal \
+             ends before it), and a poll waits for its read index: the unchecked tail the bug serves is the \
+             batches of prepares in flight, which a view change replaces only when none of the backups got them \
+             (0 of 200 seeds, with or without cut-off busy primaries)",
+        ),
+        _ => None,
+    }
+}
+
 /// The window that catches `bug`.
 pub fn window(bug: Bug) -> Window {
     let at_zero = |overrides: Overrides| Window { overrides, start: 0 };
@@ -53,10 +67,10 @@ pub fn window(bug: Bug) -> Window {
         | Bug::ApplyRetryTwice
         | Bug::PartitionDurableBeforeSync
         | Bug::RestartDropsDamagedPrepares => at_zero(register()),
-        // A longer log from an older view needs a backup down with its primary: more replicas
-        // and heavy faults make those common.
+        // A longer log from an older view needs a backup down with its primary: heavy faults
+        // make those common.
         Bug::ViewChangeTakesLongestLog => {
-            at_zero(Overrides { replicas: Some(4), faults: Some(FaultLevel::Heavy), ..register() })
+            at_zero(Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..register() })
         }
         // A disk is lost only where the fault budget has room (heavy faults always damage one
         // disk, which rules it out): four replicas, default faults, longer runs.
@@ -80,10 +94,12 @@ pub fn window(bug: Bug) -> Window {
         Bug::PollPastCommit | Bug::SegmentLogTrustsItsTail | Bug::ReadUncheckedTail => {
             at_zero(Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() })
         }
+        // Both nodes of two lose power (a shared feed) while a batch whose header is durable is
+        // not yet synced in either log: slow segment syncs widen that window.
         Bug::WalHeadersBeforeLog => at_zero(Overrides {
             replicas: Some(2),
             faults: Some(FaultLevel::Heavy),
-            requests: Some(200),
+            slow_segment_syncs: true,
             ..streaming()
         }),
         Bug::DeletionNotDurable | Bug::PipelinedRequestsOvertake => at_zero(streaming()),

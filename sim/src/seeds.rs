@@ -36,6 +36,9 @@ pub fn parse(text: &str) -> Result<SeedFile, String> {
             "volume" => overrides.volume = Some(Volume::parse(value).ok_or_else(|| invalid("volume"))?),
             "shards" => overrides.shards = Some(value.parse().map_err(|_| invalid("shards"))?),
             "disk_loss" => overrides.disk_loss = value.parse().map_err(|_| invalid("disk_loss"))?,
+            "slow_segment_syncs" => {
+                overrides.slow_segment_syncs = value.parse().map_err(|_| invalid("slow_segment_syncs"))?
+            }
             "workload" => overrides.workload = Workload::parse(value).ok_or_else(|| invalid("workload"))?,
             "faults" => overrides.faults = Some(FaultLevel::parse(value).ok_or_else(|| invalid("faults"))?),
             "bug" => bug = value.to_string(),

@@ -204,6 +204,8 @@ pub struct StreamingCounters {
     pub prepares_unfilled: u64,
     /// Power losses right after a write completed, before its sync (`enforce_fsync` runs).
     pub power_cuts_before_sync: u64,
+    /// Nodes cut off while one of their replicas was a primary with prepares in flight.
+    pub primaries_isolated: u64,
     /// Segment logs dropped whole for damage a read confirmed (fetched again from a peer's).
     pub segment_logs_dropped: u64,
     /// Segment logs that failed (a write or sync the device refused) and were opened again from
@@ -307,6 +309,8 @@ pub struct StreamingCluster {
     quiet: FaultRates,
     faults: bool,
     liveness_started_tick: Option<u64>,
+    /// The primary isolation waits for a busy primary (`maybe_isolate_primary`).
+    isolation_armed: bool,
     trace: Option<Vec<String>>,
     print_trace: bool,
     trace_hash: u64,
@@ -533,6 +537,7 @@ impl StreamingCluster {
             node_config,
             faults,
             liveness_started_tick: None,
+            isolation_armed: false,
             trace: None,
             print_trace: false,
             trace_hash: 0,
@@ -914,6 +919,44 @@ impl StreamingCluster {
         self.start_node(index)
     }
 
+    /// The scenario's primary isolation (`PrimaryIsolation`): armed every `every_ticks` of the
+    /// safety phase, it cuts off the first node found whose partition replica is a primary with
+    /// prepares past its commit point.
+    fn maybe_isolate_primary(&mut self) {
+        let Some(isolation) = self.scenario.primary_isolation else { return };
+        if !self.faults || self.liveness_started_tick.is_some() {
+            return;
+        }
+        if self.tick.is_multiple_of(isolation.every_ticks) {
+            self.isolation_armed = true;
+        }
+        if !self.isolation_armed {
+            return;
+        }
+        // A node some producer is connected to: its primary goes on preparing that producer's
+        // sends while cut off, and its segment log takes their batches.
+        let producing = |index: u8| {
+            self.clients.iter().any(|client| {
+                client.role == Role::Producer && client.connection().is_some_and(|(_, node)| node == index)
+            })
+        };
+        let busy_primary = (0..self.nodes.len() as u8).filter(|&index| producing(index)).find(|&index| {
+            self.nodes[index as usize].shards.iter().any(|node| {
+                node.shard().partitions().any(|(_, replica)| {
+                    replica.status() == Status::Normal && replica.is_primary() && replica.op() > replica.commit_min()
+                })
+            })
+        });
+        // A partition in force keeps it armed for later.
+        if let Some(index) = busy_primary {
+            if self.network.isolate(index, self.tick, self.tick + isolation.ticks) {
+                self.isolation_armed = false;
+                self.counters.primaries_isolated += 1;
+                self.log(|| format!("n{index} isolated: a primary with prepares in flight"));
+            }
+        }
+    }
+
     /// Right after a write completed on the node's disk, and before anything syncs it: in a run
     /// whose durability is enforced, a power loss here takes what a premature acknowledgement
     /// (of the WAL, or of a segment log that reports batches held once written) promised.
@@ -928,6 +971,18 @@ impl StreamingCluster {
         }
         self.counters.power_cuts_before_sync += 1;
         self.crash_and_schedule_restart(index);
+        // A shared power feed: another node loses power with it, whatever else is down (a
+        // power loss of the whole cluster is what enforced durability is for).
+        if self.node_up(index) || !self.rng.chance(self.scenario.core.faults.crash_pair_ppm) {
+            return;
+        }
+        let up: Vec<u8> = (0..self.nodes.len() as u8).filter(|&other| self.node_up(other)).collect();
+        if up.is_empty() {
+            return;
+        }
+        let other = *self.rng.pick(&up);
+        self.counters.power_cuts_before_sync += 1;
+        self.crash_until_restart(other);
     }
 
     fn maybe_crash(&mut self, index: u8) {
@@ -942,12 +997,16 @@ impl StreamingCluster {
     fn crash_and_schedule_restart(&mut self, index: u8) {
         let down = (0..self.nodes.len() as u8).filter(|node| !self.node_up(*node)).count();
         if down < self.max_down {
-            self.crash(index);
-            let faults = &self.scenario.core.faults;
-            let low = faults.restart_ticks_min.max(1);
-            let restart = self.rng.range(low, faults.restart_ticks_max.max(low));
-            self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
+            self.crash_until_restart(index);
         }
+    }
+
+    fn crash_until_restart(&mut self, index: u8) {
+        self.crash(index);
+        let faults = &self.scenario.core.faults;
+        let low = faults.restart_ticks_min.max(1);
+        let restart = self.rng.range(low, faults.restart_ticks_max.max(low));
+        self.nodes[index as usize].restart_at_tick = Some(self.tick + restart);
     }
 
     /// Carries out what a client asked for on its tick.
@@ -1313,6 +1372,7 @@ impl StreamingCluster {
         }
         let rates = if self.faults { &self.scenario.core.faults } else { &self.quiet };
         self.network.tick(self.tick, &mut self.rng, rates);
+        self.maybe_isolate_primary();
         for index in 0..self.nodes.len() as u8 {
             if !self.node_up(index) {
                 if self.nodes[index as usize].restart_at_tick.is_some_and(|at| at <= self.tick) {
@@ -1349,6 +1409,9 @@ impl StreamingCluster {
                 self.queue.push(self.now + TICK_NS, Event::Tick);
             }
             Event::Deliver { to, from, bytes } => {
+                if self.network.cut(from, to) {
+                    return Ok(());
+                }
                 self.hash(&[5, peer_id(to), peer_id(from), checksum64(&bytes)]);
                 let Peer::Replica(index) = to else { unreachable!("nodes send to clients on connections") };
                 if self.trace.is_some() {

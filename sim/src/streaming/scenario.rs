@@ -33,7 +33,36 @@ pub struct StreamingScenario {
     /// A window in which one node's disk is full: every write that would grow a file fails with
     /// `NoSpace` until the window ends (space freed), in a quarter of the runs.
     pub disk_full: Option<DiskFull>,
+    /// Now and then, the node of a partition group's primary that holds prepares past its commit
+    /// point is cut off from its peers (its clients still reach it), in a third of the runs of
+    /// three nodes or more with faults.
+    pub primary_isolation: Option<PrimaryIsolation>,
 }
+
+/// Cutting off primaries with prepares in flight: their segment logs hold batches of those
+/// prepares (appended before they commit) that the view change the others hold replaces, while
+/// the polls of the primary's clients wait for a read index the heal answers. Serving such a
+/// tail before checking it against the machine is what this is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrimaryIsolation {
+    /// Armed every this many ticks; it fires once a primary holds prepares past its commit point.
+    pub every_ticks: u64,
+    /// How long the primary's node is cut off.
+    pub ticks: u64,
+}
+
+impl PrimaryIsolation {
+    /// From the seed alone, like the retention.
+    fn draw(seed: u64, nodes: u8, faults: bool) -> Option<PrimaryIsolation> {
+        let hash = vireo_storage::checksum::checksum64(&(seed ^ ISOLATION_SALT).to_le_bytes());
+        if !faults || nodes < 3 || !hash.is_multiple_of(3) {
+            return None;
+        }
+        Some(PrimaryIsolation { every_ticks: 150 + (hash >> 8) % 250, ticks: 30 + (hash >> 24) % 200 })
+    }
+}
+
+const ISOLATION_SALT: u64 = 0x4953_4f4c_4154_4521;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DiskFull {
@@ -115,7 +144,7 @@ impl StreamingScenario {
         core.faults.faulty_disks = core.faults.faulty_disks.min(quorum - 1);
         // In a third of the seeds segment logs sync ten times slower than WALs: the group's
         // checkpoints then wait long for them (a checkpoint that did not is caught).
-        core.faults.segment_sync_factor = if seed % 3 == 2 { 10 } else { 1 };
+        core.faults.segment_sync_factor = if seed % 3 == 2 || overrides.slow_segment_syncs { 10 } else { 1 };
         let shards = overrides.shards.unwrap_or(rng.range(1, SHARDS_MAX as u64) as u16);
         let producers = rng.range(1, 3) as u8;
         let consumers = rng.range(1, 3) as u8;
@@ -169,6 +198,11 @@ impl StreamingScenario {
             connections_per_shard_max: if rng.chance(300_000) { clients + 1 } else { 64 },
             retention,
             disk_full: DiskFull::draw(seed, core.replica_count, core.safety_ticks),
+            primary_isolation: PrimaryIsolation::draw(
+                seed,
+                core.replica_count,
+                core.fault_level != crate::scenario::FaultLevel::None,
+            ),
             core,
         }
     }
@@ -180,7 +214,7 @@ impl fmt::Display for StreamingScenario {
             f,
             "workload=streaming nodes={} shards={} partitions={}..{} producers={} consumers={} members={} \
              lurkers={} connections_per_shard={} sends_per_producer={} segment_size={} message_expiry_us={} \
-             max_topic_size={} disk_full={} volume={} | {}",
+             max_topic_size={} disk_full={} primary_isolation={} volume={} | {}",
             self.core.replica_count,
             self.shards,
             self.partitions,
@@ -196,6 +230,8 @@ impl fmt::Display for StreamingScenario {
             self.retention.max_topic_size,
             self.disk_full
                 .map_or("none".to_string(), |full| format!("n{}@{}+{}", full.node, full.from_tick, full.ticks)),
+            self.primary_isolation
+                .map_or("none".to_string(), |isolation| format!("{}/{}", isolation.ticks, isolation.every_ticks)),
             self.volume.name(),
             self.core
         )
