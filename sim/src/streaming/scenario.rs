@@ -33,9 +33,10 @@ pub struct StreamingScenario {
     /// A window in which one node's disk is full: every write that would grow a file fails with
     /// `NoSpace` until the window ends (space freed), in a quarter of the runs.
     pub disk_full: Option<DiskFull>,
-    /// Now and then, the node of a partition group's primary that holds prepares past its commit
-    /// point is cut off from its peers (its clients still reach it), in a third of the runs of
-    /// three nodes or more with faults.
+    /// Now and then, a node that has just answered a poll of a partition whose primary it hosts,
+    /// with prepares past the commit point, is cut off from its peers (its clients still reach
+    /// it; with three nodes or more), or loses power (fewer nodes, durability enforced), in a
+    /// third of the runs with faults.
     pub primary_isolation: Option<PrimaryIsolation>,
 }
 
@@ -45,7 +46,7 @@ pub struct StreamingScenario {
 /// tail before checking it against the machine is what this is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PrimaryIsolation {
-    /// Armed every this many ticks; it fires once a primary holds prepares past its commit point.
+    /// Armed every this many ticks; it fires at the next such poll.
     pub every_ticks: u64,
     /// How long the primary's node is cut off.
     pub ticks: u64,
@@ -53,9 +54,9 @@ pub struct PrimaryIsolation {
 
 impl PrimaryIsolation {
     /// From the seed alone, like the retention.
-    fn draw(seed: u64, nodes: u8, faults: bool) -> Option<PrimaryIsolation> {
+    fn draw(seed: u64, faults: bool) -> Option<PrimaryIsolation> {
         let hash = vireo_storage::checksum::checksum64(&(seed ^ ISOLATION_SALT).to_le_bytes());
-        if !faults || nodes < 3 || !hash.is_multiple_of(3) {
+        if !faults || !hash.is_multiple_of(3) {
             return None;
         }
         Some(PrimaryIsolation { every_ticks: 150 + (hash >> 8) % 250, ticks: 30 + (hash >> 24) % 200 })
@@ -198,11 +199,7 @@ impl StreamingScenario {
             connections_per_shard_max: if rng.chance(300_000) { clients + 1 } else { 64 },
             retention,
             disk_full: DiskFull::draw(seed, core.replica_count, core.safety_ticks),
-            primary_isolation: PrimaryIsolation::draw(
-                seed,
-                core.replica_count,
-                core.fault_level != crate::scenario::FaultLevel::None,
-            ),
+            primary_isolation: PrimaryIsolation::draw(seed, core.fault_level != crate::scenario::FaultLevel::None),
             core,
         }
     }
