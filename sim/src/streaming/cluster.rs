@@ -770,9 +770,10 @@ impl StreamingCluster {
                 // segment log its WAL slot left them to). Elsewhere damage may have taken the
                 // body, and the header is the promise kept (the body is repaired from peers).
                 // With retention trimming the topic, what its segment log held may be gone on
-                // purpose (seed 524 of the streaming sweep finds an acknowledged elided prepare's
-                // batch missing after a process crash with retention at work: not yet explained,
-                // left to an issue), so the whole-body rule holds where nothing is trimmed.
+                // purpose, so the whole-body rule holds where nothing is trimmed. (Seed 524 of the
+                // streaming sweep, retention at work, finds an acknowledged elided prepare's batch
+                // missing after a crash 2 ms after a state transfer: the log, realigned to the
+                // transferred checkpoint, no longer held it; peers repair it. Left to an issue.)
                 let trims = self.scenario.retention.trims() && !namespace.is_metadata();
                 let sound = node.disk.fault_zone.is_none() && !trims;
                 let mut promised = std::mem::take(&mut node.promised);
