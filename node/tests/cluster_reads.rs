@@ -85,6 +85,23 @@ impl Clients {
 
     /// Polls partition 0 from `from` through `node` once (retried only when the poll failed or
     /// the node went away, never when it answered): the offset of `payload` in the answer.
+    /// Sends `payload` on node `writer`, then polls node `reader` from `next` at once: the
+    /// message found moves `next` past it; a poll without it is a stale read, noted in `stale`.
+    async fn send_and_read_back(
+        &mut self,
+        writer: usize,
+        reader: usize,
+        payload: &str,
+        next: &mut u64,
+        stale: &mut Vec<String>,
+    ) {
+        self.send(writer, payload).await;
+        match self.poll_finds(reader, *next, payload).await {
+            Ok(offset) => *next = offset + 1,
+            Err(stale_read) => stale.push(stale_read),
+        }
+    }
+
     async fn poll_finds(&mut self, node: usize, from: u64, payload: &str) -> Result<u64, String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         let consumer = Consumer::new(Identifier::numeric(900 + node as u32).unwrap());
@@ -154,12 +171,7 @@ async fn reads_see_acknowledged_writes() {
     // Send then poll at once, on one connection, on each node in turn.
     for node in 0..3 {
         for round in 0..ROUNDS {
-            let payload = format!("same:{node}:{round}");
-            clients.send(node, &payload).await;
-            match clients.poll_finds(node, next, &payload).await {
-                Ok(offset) => next = offset + 1,
-                Err(stale_read) => stale.push(stale_read),
-            }
+            clients.send_and_read_back(node, node, &format!("same:{node}:{round}"), &mut next, &mut stale).await;
         }
     }
     assert!(stale.is_empty(), "{} stale reads, the first: {}", stale.len(), stale[0]);
@@ -173,11 +185,7 @@ async fn reads_see_acknowledged_writes() {
         }
         let (writer, reader) = ((round % 3) as usize, ((round + 1) % 3) as usize);
         let payload = format!("across:{writer}:{reader}:{round}");
-        clients.send(writer, &payload).await;
-        match clients.poll_finds(reader, next, &payload).await {
-            Ok(offset) => next = offset + 1,
-            Err(stale_read) => stale.push(stale_read),
-        }
+        clients.send_and_read_back(writer, reader, &payload, &mut next, &mut stale).await;
     }
     assert!(stale.is_empty(), "{} stale reads, the first: {}", stale.len(), stale[0]);
     println!(
