@@ -76,11 +76,23 @@ pub struct Cluster {
     name: String,
 }
 
+/// Every port this test process has handed out: what `free_port` picked and what
+/// `vireo-cluster` wrote into the rosters. A port is free when it is checked but is bound only
+/// later (by a node, or by a proxy after the configs are read), so without this two clusters
+/// of concurrent tests could be given the same port: CI once saw a proxy of one test sit on
+/// the replica port another test's node was about to bind.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// How many times the configs are written again when `vireo-cluster` picked a port this process
+/// already handed out (it picks from the same range in another process).
+const CONFIG_ATTEMPTS: usize = 20;
+
 /// A free port below the kernel's ephemeral range (as vireo-cluster picks them), so that no
-/// outgoing connection takes it between now and the node's bind. Each call moves on from the
-/// last, from a start that differs between test processes.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU32, Ordering};
+/// outgoing connection takes it between now and the node's bind, and never one this process
+/// handed out before. Each call moves on from the last, from a start that differs between test
+/// processes.
+fn free_port(handed_out: &mut BTreeSet<u16>) -> u16 {
+    use std::sync::atomic::AtomicU32;
     const FIRST: u32 = 10_000;
     const SPAN: u32 = 22_000;
     static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
@@ -92,11 +104,59 @@ fn free_port() -> u16 {
     );
     for _ in 0..SPAN {
         let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !handed_out.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            handed_out.insert(port);
             return port;
         }
     }
     panic!("no free port on 127.0.0.1 between {FIRST} and {}", FIRST + SPAN);
+}
+
+/// One node's place in the configs `vireo-cluster --configs-only` wrote.
+struct Placement {
+    config: PathBuf,
+    client: SocketAddr,
+    roster_replica: SocketAddr,
+    replica_listen: SocketAddr,
+}
+
+/// Writes the configs of `count` nodes into `dir` (again, while `vireo-cluster` picks a port
+/// this process already handed out) and picks each node's own replica port; every port is
+/// recorded as handed out before the lock is let go.
+fn place_nodes(dir: &std::path::Path, count: u8) -> Vec<Placement> {
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for _ in 0..CONFIG_ATTEMPTS {
+        let output = Command::new(CLUSTER)
+            .args(["--configs-only", "--nodes", &count.to_string(), "--dir"])
+            .arg(dir)
+            .output()
+            .expect("vireo-cluster runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        let text = String::from_utf8(output.stdout).unwrap();
+        let mut placements = Vec::new();
+        for line in text.lines().filter(|line| line.starts_with("node ")) {
+            let field = |name: &str| line.split(name).nth(1).unwrap().split([',', ' ']).next().unwrap().to_string();
+            let client: SocketAddr = field("clients ").parse().unwrap();
+            let roster_replica: SocketAddr = field("replicas ").parse().unwrap();
+            let config = PathBuf::from(line.rsplit("config ").next().unwrap());
+            placements.push((config, client, roster_replica));
+        }
+        assert_eq!(placements.len(), count as usize);
+        let roster_ports: Vec<u16> =
+            placements.iter().flat_map(|(_, client, replica)| [client.port(), replica.port()]).collect();
+        if roster_ports.iter().any(|port| handed_out.contains(port)) {
+            continue;
+        }
+        handed_out.extend(roster_ports);
+        return placements
+            .into_iter()
+            .map(|(config, client, roster_replica)| {
+                let replica_listen = format!("127.0.0.1:{}", free_port(&mut handed_out)).parse().unwrap();
+                Placement { config, client, roster_replica, replica_listen }
+            })
+            .collect();
+    }
+    panic!("vireo-cluster picked a port this test process had handed out {CONFIG_ATTEMPTS} times in a row");
 }
 
 impl Cluster {
@@ -104,27 +164,15 @@ impl Cluster {
     /// port; no node runs yet.
     pub async fn new(name: &str, count: u8) -> Cluster {
         let dir = data_dir(name);
-        let output = Command::new(CLUSTER)
-            .args(["--configs-only", "--nodes", &count.to_string(), "--dir"])
-            .arg(&dir)
-            .output()
-            .expect("vireo-cluster runs");
-        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-        let text = String::from_utf8(output.stdout).unwrap();
         let cuts = Arc::new(Cuts::default());
         let mut nodes = Vec::new();
-        for (index, line) in text.lines().filter(|line| line.starts_with("node ")).enumerate() {
-            let field = |name: &str| line.split(name).nth(1).unwrap().split([',', ' ']).next().unwrap().to_string();
-            let client: SocketAddr = field("clients ").parse().unwrap();
-            let roster_replica: SocketAddr = field("replicas ").parse().unwrap();
-            let config = PathBuf::from(line.rsplit("config ").next().unwrap());
-            let replica_listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        for (index, placement) in place_nodes(&dir, count).into_iter().enumerate() {
+            let Placement { config, client, roster_replica, replica_listen } = placement;
             let listener = tokio::net::TcpListener::bind(roster_replica).await.expect("the proxy's port");
             tokio::spawn(proxy(listener, index as u8, replica_listen, cuts.clone()));
             let data = dir.join(format!("node-{index}"));
             nodes.push(Node { server: None, config, data, client, replica_listen, roster_replica });
         }
-        assert_eq!(nodes.len(), count as usize);
         Cluster { nodes, cuts, name: name.to_string() }
     }
 
