@@ -1,27 +1,41 @@
 #!/usr/bin/env bash
 # Vireo and the reference server side by side, by the reference's own bench and by ours, in one run
 # on this machine. Not part of CI (it takes 10 to 20 minutes and wants the machine to itself).
-#   ci/bench-vs-iggy.sh IGGY_BIN
+#   ci/bench-vs-iggy.sh [IGGY_BIN]
 # IGGY_BIN: a directory holding `iggy-server` and `iggy-bench` built from apache/iggy at tag
-# server-0.9.0-edge.5 (their build needs libhwloc-dev and libudev-dev and takes 10 to 30 minutes on
-# 2 cores). This script does not build them: no recipe for building the reference lives in this
-# repository; build them yourself from a checkout of that tag (the server with its mimalloc
-# feature, both with --release) and pass the directory their binaries are in.
+# server-0.9.0-edge.5; by default ../shared/iggy-bin beside this checkout, where they are prebuilt.
+# They need libhwloc15 at run time: the script installs it (apt-get) when `ldd` says it is missing.
+# This script does not build them: no recipe for building the reference lives in this repository.
+# WORKLOADS (default: all five) picks some of them by name, e.g. WORKLOADS="pinned-producer";
+# CLUSTER=0 skips the three-node run and CROSS=0 the vireo-bench rounds.
 #
 # For each workload of the performance issue: three rounds, alternating iggy-server and
 # vireo-server, each on a fresh data directory with the same shard count (SHARDS, default 2),
 # pinned one shard per core; each round measured by iggy-bench. Then one round of vireo-bench
 # against each server, to show the two benches agree. Then a three-node vireo cluster (one shard
 # per node) under the pinned producer. Prints one table: both sides' median MB/s, P50, P99 and
-# P999 (ms) and peak RSS (MB, the server's VmHWM), and the ratios (MB/s: vireo / iggy; latency:
-# iggy / vireo, so above 1 is Vireo ahead on both). Raw outputs go to target/bench-vs-iggy/.
+# P999 (ms), peak RSS (MB, the server's VmHWM) and the server's CPU seconds (user + system, from
+# /proc, over the measured bench alone) per GB the bench moved, and the ratios (MB/s: vireo /
+# iggy; latency: iggy / vireo, so above 1 is Vireo ahead on both). Raw outputs go to
+# target/bench-vs-iggy/.
 set -euo pipefail
-[ $# -eq 1 ] || { echo "usage: $0 IGGY_BIN (a directory with iggy-server and iggy-bench of server-0.9.0-edge.5)"; exit 2; }
-iggy_bin=$(cd "$1" && pwd)
+[ $# -le 1 ] || { echo "usage: $0 [IGGY_BIN] (a directory with iggy-server and iggy-bench of server-0.9.0-edge.5)"; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+iggy_bin=${1:-$root/../shared/iggy-bin}
+[ -d "$iggy_bin" ] || { echo "$iggy_bin: no such directory (pass IGGY_BIN)"; exit 2; }
+iggy_bin=$(cd "$iggy_bin" && pwd)
 for binary in iggy-server iggy-bench; do
     [ -x "$iggy_bin/$binary" ] || { echo "$iggy_bin/$binary: not an executable"; exit 2; }
 done
-root=$(cd "$(dirname "$0")/.." && pwd)
+if ldd "$iggy_bin/iggy-server" | grep -q "not found"; then
+    echo "iggy-server misses a library ($(ldd "$iggy_bin/iggy-server" | awk '/not found/ { print $1 }' | xargs)): installing libhwloc15"
+    if [ "$(id -u)" -eq 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+    "${apt_get[@]}" install -y libhwloc15 >/dev/null 2>&1 || { "${apt_get[@]}" update >/dev/null && "${apt_get[@]}" install -y libhwloc15 >/dev/null; }
+    if ldd "$iggy_bin/iggy-server" | grep -q "not found"; then
+        echo "iggy-server still misses: $(ldd "$iggy_bin/iggy-server" | grep "not found")"
+        exit 2
+    fi
+fi
 shards=${SHARDS:-2}
 rounds=${ROUNDS:-3}
 out="$root/target/bench-vs-iggy"
@@ -31,7 +45,8 @@ vireo_server="$root/target/release/vireo-server"
 vireo_bench="$root/target/release/vireo-bench"
 
 common="-m 1000 -P 250"
-names=(pinned-producer pinned-consumer balanced-producer end-to-end fsync-producer)
+all_names=(pinned-producer pinned-consumer balanced-producer end-to-end fsync-producer)
+read -r -a names <<<"${WORKLOADS:-${all_names[*]}}"
 declare -A workload=(
     [pinned-producer]="-T 1GB pinned-producer -s 2 -p 2"
     [pinned-consumer]="-T 1GB pinned-consumer -s 2 -c 2"
@@ -39,6 +54,13 @@ declare -A workload=(
     [end-to-end]="-T 500MB end-to-end-producing-consumer -s 2 -p 2"
     [fsync-producer]="-T 500MB --enforce-fsync pinned-producer -s 2 -p 2"
 )
+# The gigabytes each workload moves (iggy-bench's sizes are decimal), for CPU seconds per GB.
+declare -A gigabytes=(
+    [pinned-producer]=1 [pinned-consumer]=1 [balanced-producer]=1 [end-to-end]=0.5 [fsync-producer]=0.5
+)
+for name in "${names[@]}"; do
+    [ -n "${workload[$name]:-}" ] || { echo "unknown workload $name (one of: ${all_names[*]})"; exit 2; }
+done
 # What the pinned consumer reads: a producer run on the same fresh server first, not measured.
 fill="-T 1GB pinned-producer -s 2 -p 2"
 
@@ -88,6 +110,11 @@ start_server() {
     exit 1
 }
 
+# cpu_seconds: the server's user + system CPU seconds so far.
+cpu_seconds() {
+    awk -v tick="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / tick }' "/proc/$server_pid/stat" 2>/dev/null || echo 0
+}
+
 peak_rss_mb() {
     awk '/^VmHWM/ { printf "%.0f", $2 / 1024 }' "/proc/$server_pid/status" 2>/dev/null || echo 0
 }
@@ -117,15 +144,19 @@ measure() {
         # shellcheck disable=SC2086
         "$iggy_bin/iggy-bench" $common $fill tcp --server-address "127.0.0.1:$port" >"$log.fill" 2>&1
     fi
+    local cpu_before cpu_after
+    cpu_before=$(cpu_seconds)
     # shellcheck disable=SC2086
     timeout 600 "$iggy_bin/iggy-bench" $common ${workload[$name]} tcp --server-address "127.0.0.1:$port" >"$log" 2>&1 || true
-    local rss
+    cpu_after=$(cpu_seconds)
+    local rss cpu_per_gb
     rss=$(peak_rss_mb)
+    cpu_per_gb=$(awk -v a="$cpu_before" -v b="$cpu_after" -v gb="${gigabytes[$name]}" 'BEGIN { printf "%.2f", (b - a) / gb }')
     stop_server
     local measured
     measured=$(iggy_bench_figures "$log") || { echo "$measured"; exit 1; }
-    figures[$name.$side.$round]="$measured $rss"
-    echo "  $name $side round $round: $measured (MB/s P50 P99 P999), peak RSS $rss MB"
+    figures[$name.$side.$round]="$measured $rss $cpu_per_gb"
+    echo "  $name $side round $round: $measured (MB/s P50 P99 P999), peak RSS $rss MB, $cpu_per_gb CPU-s/GB"
 }
 
 # cross NAME SIDE: one vireo-bench round against a fresh server of SIDE.
@@ -153,11 +184,15 @@ for name in "${names[@]}"; do
     done
 done
 
-echo "== vireo-bench against both servers"
-for name in "${names[@]}"; do
-    for side in iggy vireo; do cross "$name" "$side"; done
-done
+if [ "${CROSS:-1}" != 0 ]; then
+    echo "== vireo-bench against both servers"
+    for name in "${names[@]}"; do
+        for side in iggy vireo; do cross "$name" "$side"; done
+    done
+fi
 
+cluster_figures="- - - -"
+if [ "${CLUSTER:-1}" != 0 ]; then
 echo "== a three-node vireo cluster on this machine (one shard per node), pinned producer"
 cluster_dir="$out/cluster"
 "$root/target/release/vireo-cluster" --nodes 3 --shards 1 --dir "$cluster_dir" --fresh >"$out/cluster.log" 2>&1 &
@@ -176,18 +211,19 @@ cluster_figures=$(iggy_bench_figures "$out/cluster.iggy-bench.log" || echo "- - 
 kill -TERM "$cluster_pid" 2>/dev/null || true
 wait "$cluster_pid" 2>/dev/null || true
 echo "  cluster of 3: $cluster_figures (MB/s P50 P99 P999)"
+fi
 
 echo
 echo "Medians of $rounds rounds (iggy-bench $common, $shards shards, loopback TCP, $(nproc) cores):"
-printf '%-18s | %9s %9s %7s | %7s %7s %7s | %7s %7s %7s | %8s %8s | %6s %6s | %5s %5s\n' \
+printf '%-18s | %9s %9s %7s | %7s %7s %7s | %7s %7s %7s | %8s %8s | %6s %6s | %10s %5s | %5s %5s\n' \
     workload "iggy MB/s" "vireo" ratio "iggy P50" vireo ratio "iggy P99" vireo ratio "iggy P999" vireo \
-    "RSS i" "RSS v" "vb/ib i" "vb/ib v"
+    "RSS i" "RSS v" "CPU-s/GB i" "v" "vb/ib i" "vb/ib v"
 wins_12=0; wins_10=0; p99_ok=0
 for name in "${names[@]}"; do
     unset med
     declare -A med
     for side in iggy vireo; do
-        for field in 1 2 3 4 5; do
+        for field in 1 2 3 4 5 6; do
             values=()
             for round in $(seq 1 "$rounds"); do
                 values+=("$(echo "${figures[$name.$side.$round]}" | cut -d' ' -f$field)")
@@ -196,17 +232,23 @@ for name in "${names[@]}"; do
         done
     done
     mbps_ratio=$(ratio "${med[vireo.1]}" "${med[iggy.1]}")
-    agree_iggy=$(ratio "$(echo "${cross_figures[$name.iggy]}" | cut -d' ' -f1)" "${med[iggy.1]}")
-    agree_vireo=$(ratio "$(echo "${cross_figures[$name.vireo]}" | cut -d' ' -f1)" "${med[vireo.1]}")
-    printf '%-18s | %9s %9s %7s | %7s %7s %7s | %7s %7s %7s | %8s %8s | %6s %6s | %7s %7s\n' "$name" \
+    agree_iggy="-"
+    agree_vireo="-"
+    if [ -n "${cross_figures[$name.iggy]:-}" ]; then
+        agree_iggy=$(ratio "$(echo "${cross_figures[$name.iggy]}" | cut -d' ' -f1)" "${med[iggy.1]}")
+        agree_vireo=$(ratio "$(echo "${cross_figures[$name.vireo]}" | cut -d' ' -f1)" "${med[vireo.1]}")
+    fi
+    printf '%-18s | %9s %9s %7s | %7s %7s %7s | %7s %7s %7s | %8s %8s | %6s %6s | %10s %5s | %7s %7s\n' "$name" \
         "${med[iggy.1]}" "${med[vireo.1]}" "$mbps_ratio" \
         "${med[iggy.2]}" "${med[vireo.2]}" "$(ratio "${med[iggy.2]}" "${med[vireo.2]}")" \
         "${med[iggy.3]}" "${med[vireo.3]}" "$(ratio "${med[iggy.3]}" "${med[vireo.3]}")" \
-        "${med[iggy.4]}" "${med[vireo.4]}" "${med[iggy.5]}" "${med[vireo.5]}" "$agree_iggy" "$agree_vireo"
+        "${med[iggy.4]}" "${med[vireo.4]}" "${med[iggy.5]}" "${med[vireo.5]}" "${med[iggy.6]}" "${med[vireo.6]}" \
+        "$agree_iggy" "$agree_vireo"
     awk -v r="$mbps_ratio" 'BEGIN { exit !(r >= 1.2) }' && wins_12=$((wins_12 + 1))
     awk -v r="$mbps_ratio" 'BEGIN { exit !(r >= 1.0) }' && wins_10=$((wins_10 + 1))
     awk -v i="${med[iggy.3]}" -v v="${med[vireo.3]}" 'BEGIN { exit !(v <= i) }' && p99_ok=$((p99_ok + 1))
 done
 echo "three-node vireo cluster, pinned producer: $cluster_figures (MB/s P50 P99 P999; single node above)"
+echo "CPU-s/GB: the server's user + system CPU seconds over the measured bench, per GB it moved."
 echo "vb/ib: vireo-bench's MB/s over iggy-bench's median against the same server (agreement)."
 echo "Vireo at least 1.2x on $wins_12 of ${#names[@]} workloads, at least 1.0x on $wins_10, P99 no worse on $p99_ok."
