@@ -7,11 +7,12 @@
 //! so a poll answered by a partition group (operation 163 inside the cluster) goes back as the
 //! read (operation 2) the client sent.
 
-use vireo_protocol::header::{Command, Header, Message};
+use vireo_protocol::header::{Command, Header};
 use vireo_protocol::wire::{
     Appended, ConsumerOffsetReply, CreatedPersonalAccessToken, LoginReply, Name, ResultSection, SendMessagesReply,
 };
 use vireo_storage::batch;
+use vireo_storage::layout::HEADER_SIZE;
 
 use crate::admission::{STATUS_INVALID_COMMAND, STATUS_PARTITION_NOT_FOUND};
 use crate::connection::ReplyKind;
@@ -42,12 +43,31 @@ pub fn partition_status_code(status: PartitionStatus) -> u32 {
 /// the batches), built in one buffer from the batches the partition read: exactly the messages
 /// chosen, batches cut where the poll starts and ends, a whole batch copied once.
 pub fn poll_reply_body(polled: &PollReply) -> Result<Vec<u8>, u32> {
-    let (from, to) = (polled.start, polled.start + polled.count as u64);
     let mut body = Vec::with_capacity(POLL_REPLY_HEAD + polled.batches.len());
+    write_poll_reply(polled, &mut body)?;
+    Ok(body)
+}
+
+/// A local poll's whole reply frame for `request`: the body is written once, after room for the
+/// header, and the frame goes out as it is (`node_reply_in_place`); a refusal if the batches do
+/// not make a reply.
+pub fn poll_reply_frame(request: &Header, cluster: u128, replica: u8, polled: &PollReply) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(HEADER_SIZE + POLL_REPLY_HEAD + polled.batches.len());
+    frame.resize(HEADER_SIZE, 0);
+    match write_poll_reply(polled, &mut frame) {
+        Ok(()) => node_reply_in_place(request, cluster, replica, 0, frame),
+        Err(status) => node_reply(request, cluster, replica, status, Vec::new()),
+    }
+}
+
+/// Appends a poll reply's body to `out` (what `poll_reply_body` returns).
+fn write_poll_reply(polled: &PollReply, out: &mut Vec<u8>) -> Result<(), u32> {
+    let (from, to) = (polled.start, polled.start + polled.count as u64);
+    let head = out.len();
     let current_offset = if polled.current_offset == u64::MAX { 0 } else { polled.current_offset };
-    body.extend_from_slice(&polled.partition.to_le_bytes());
-    body.extend_from_slice(&current_offset.to_le_bytes());
-    body.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&polled.partition.to_le_bytes());
+    out.extend_from_slice(&current_offset.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
     let mut count = 0u64;
     let mut rest = polled.batches.as_slice();
     while !rest.is_empty() {
@@ -59,17 +79,17 @@ pub fn poll_reply_body(polled: &PollReply) -> Result<Vec<u8>, u32> {
         let (one, tail) = rest.split_at(length);
         if header.base_offset >= from && header.end_offset() <= to {
             batch::check_client_batch(one).map_err(|_| STATUS_INVALID_COMMAND)?;
-            body.extend_from_slice(one);
+            out.extend_from_slice(one);
             count += header.message_count as u64;
         } else if let Some(kept) = batch::slice(one, from, to).map_err(|_| STATUS_INVALID_COMMAND)? {
             count += batch::BatchHeader::decode(&kept).map_err(|_| STATUS_INVALID_COMMAND)?.message_count as u64;
-            body.extend_from_slice(&kept);
+            out.extend_from_slice(&kept);
         }
         rest = tail;
     }
     let count = u32::try_from(count).map_err(|_| STATUS_INVALID_COMMAND)?;
-    body[12..POLL_REPLY_HEAD].copy_from_slice(&count.to_le_bytes());
-    Ok(body)
+    out[head + 12..head + POLL_REPLY_HEAD].copy_from_slice(&count.to_le_bytes());
+    Ok(())
 }
 
 /// partition u32, current_offset u64, count u32.
@@ -152,6 +172,19 @@ pub fn client_reply_body(kind: &ReplyKind, session: u64, group_reply: &[u8]) -> 
 /// or an answer it holds (a read, a pong, a logout).
 pub fn node_reply(request: &Header, cluster: u128, replica: u8, status: u32, body: Vec<u8>) -> Vec<u8> {
     assert!(status == 0 || body.is_empty(), "a refusal carries no body");
+    let mut frame = Vec::with_capacity(HEADER_SIZE + body.len());
+    frame.resize(HEADER_SIZE, 0);
+    frame.extend_from_slice(&body);
+    node_reply_in_place(request, cluster, replica, status, frame)
+}
+
+/// `node_reply` for a `frame` whose body already follows `HEADER_SIZE` bytes of room: the header
+/// is written there. Only the header is sealed: the frame goes from this process to a client over
+/// its one TCP connection, and a client checks no body checksum (a zero one is one its sender left
+/// out, `PROTOCOL.md`), so hashing a poll's megabytes again would buy nothing.
+pub fn node_reply_in_place(request: &Header, cluster: u128, replica: u8, status: u32, mut frame: Vec<u8>) -> Vec<u8> {
+    assert!(frame.len() >= HEADER_SIZE, "room for the header");
+    assert!(status == 0 || frame.len() == HEADER_SIZE, "a refusal carries no body");
     let mut header = Header::new(Command::Reply, cluster, replica);
     header.client = request.client;
     header.parent = request.parent;
@@ -159,5 +192,7 @@ pub fn node_reply(request: &Header, cluster: u128, replica: u8, status: u32, bod
     header.operation = request.operation;
     header.session = request.session;
     header.status = status;
-    Message::new(header, body).encode()
+    header.seal_header_only(frame.len() - HEADER_SIZE);
+    frame[..HEADER_SIZE].copy_from_slice(&header.encode());
+    frame
 }

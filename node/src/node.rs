@@ -58,7 +58,7 @@ use crate::admission::{
     OffsetAction, PollAdmission, STATUS_INVALID_COMMAND, STATUS_INVALID_CREDENTIALS, STATUS_INVALID_FORMAT,
     STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
-use crate::client_reply::{client_reply_body, node_reply, poll_reply_body};
+use crate::client_reply::{client_reply_body, node_reply, poll_reply_frame};
 use crate::connection::{Connection, InFlight, Login, PurgeQueue, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
@@ -561,7 +561,7 @@ impl Node {
         };
         // A client that stamps its body's checksum (`PROTOCOL.md`, request_checksum) gets a body
         // that matches it applied, or nothing: InvalidFormat, as the reference answers.
-        if header.parent != 0 && header.parent != xxhash_rust::xxh3::xxh3_64(body) as u128 {
+        if header.parent != 0 && header.parent != vireo_storage::checksum::checksum64(body) as u128 {
             self.deny(io, connection, &header, STATUS_INVALID_FORMAT);
             return;
         }
@@ -599,7 +599,7 @@ impl Node {
 
     pub fn on_shard_message(&mut self, io: &mut impl NodeIo, message: ShardMessage) {
         match message {
-            ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, &bytes)),
+            ShardMessage::Frame(bytes) => self.with_groups(io, |shard, io| shard.on_message(io, bytes)),
             ShardMessage::ClientReply(bytes) => self.on_client_reply(io, &bytes),
             ShardMessage::Metadata(view) => self.on_metadata_view(io, view),
             ShardMessage::Figures { shard, figures, metadata_leader } => {
@@ -733,7 +733,7 @@ impl Node {
         let group = Shard::<MetadataMachine>::group_of_frame(header);
         let owner = shard_of(group, self.config.shard.shards);
         if owner == self.shard_index() {
-            self.with_groups(io, |shard, io| shard.on_message(io, &bytes));
+            self.with_groups(io, |shard, io| shard.on_message(io, bytes));
         } else if io.send_to_shard(owner, ShardMessage::Frame(bytes)).is_err() {
             self.counters.channel_full += 1;
         }
@@ -1270,6 +1270,7 @@ impl Node {
         let before = parked.covered_to;
         if let Ok(read) = result {
             let mut rest = read.bytes.as_slice();
+            let mut taken = 0;
             while let Ok(header) = BatchHeader::decode(rest) {
                 let Some(len) = usize::try_from(header.batch_length).ok().filter(|len| *len <= rest.len()) else {
                     break;
@@ -1283,8 +1284,17 @@ impl Node {
                     break;
                 }
                 parked.covered_to = header.end_offset();
-                parked.plan.batches.extend_from_slice(&rest[..len]);
+                taken += len;
                 rest = &rest[len..];
+            }
+            // The batches taken are the read's first `taken` bytes: a first read's buffer becomes
+            // the reply's batches as it is, a later one's is appended to them.
+            if parked.plan.batches.is_empty() {
+                let mut bytes = read.bytes;
+                bytes.truncate(taken);
+                parked.plan.batches = bytes;
+            } else {
+                parked.plan.batches.extend_from_slice(&read.bytes[..taken]);
             }
         }
         if parked.covered_to < end
@@ -1334,12 +1344,8 @@ impl Node {
     /// The frame that answers a local poll with `reply`.
     fn poll_answer(&mut self, request: &Header, reply: &PollReply) -> Vec<u8> {
         let group = group_namespace(request.group).expect("a read names its group");
-        let (status, body) = match poll_reply_body(reply) {
-            Ok(body) => (0, body),
-            Err(status) => (status, Vec::new()),
-        };
         self.event(NodeEvent::ReadLocally { group, count: reply.count });
-        node_reply(request, self.config.shard.metadata.cluster, self.node_index(), status, body)
+        poll_reply_frame(request, self.config.shard.metadata.cluster, self.node_index(), reply)
     }
 
     /// The planted bug `PollPastCommit`: a poll whose range reaches past the committed log (on
@@ -2033,7 +2039,9 @@ impl Node {
         reply.operation = in_flight.operation;
         reply.session = conn.logged_in().map_or(0, |(_, _, session)| session);
         reply.status = status;
-        io.send_to_connection(connection, Message::new(reply, body).encode());
+        // A client checks no body checksum (`node_reply_in_place` says why): the header alone.
+        reply.seal_header_only(body.len());
+        io.send_to_connection(connection, encode_frame(&reply, &body));
         self.event(NodeEvent::Answered {
             connection,
             request: in_flight.client_request,

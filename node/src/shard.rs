@@ -358,23 +358,24 @@ impl<M: MetadataPlane> Shard<M> {
         group_namespace(header.group).unwrap_or(Namespace::METADATA)
     }
 
-    /// A frame for one of this shard's groups (the node routed it here by `shard_of`).
-    pub fn on_message(&mut self, io: &mut impl Io, bytes: &[u8]) {
-        let Ok(header) = Header::decode(bytes) else {
+    /// A frame for one of this shard's groups (the node routed it here by `shard_of`). Owned, so
+    /// that a client's request becomes its prepare's body without a copy (`Replica::on_frame`).
+    pub fn on_message(&mut self, io: &mut impl Io, bytes: Vec<u8>) {
+        let Ok(header) = Header::decode(&bytes) else {
             self.counters.frames_malformed += 1;
             return;
         };
         let namespace = Shard::<M>::group_of_frame(&header);
         if namespace.is_metadata() {
             match self.metadata.as_mut() {
-                Some(group) => group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes),
+                Some(group) => group.replica.on_frame(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes),
                 None => self.counters.frames_without_group += 1,
             }
         } else {
             match self.partitions.get_mut(&namespace) {
                 Some(group) if matches!(header.command, Command::RequestBatches | Command::Batches) => {
                     // Between the group's logs; checked as the replica checks its own frames.
-                    match Message::decode(bytes, true) {
+                    match Message::decode(&bytes, true) {
                         Ok(message)
                             if message.header.cluster == group.replica.config().cluster
                                 && message.header.replica < group.replica.config().replica_count =>
@@ -386,7 +387,7 @@ impl<M: MetadataPlane> Shard<M> {
                     }
                 }
                 Some(group) => {
-                    group.replica.on_message(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes);
+                    group.replica.on_frame(&mut GroupIo::new(io, group.slot, &mut group.in_flight), bytes);
                     group.follow(io);
                 }
                 None => self.counters.frames_without_group += 1,

@@ -15,7 +15,7 @@ use vireo_node::partition::request::{
 use vireo_node::shard::{MetadataPlane, ShardConfig, ShardEvent};
 use vireo_node::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
 use vireo_protocol::config::Bug;
-use vireo_protocol::header::{Command, Header, Message};
+use vireo_protocol::header::{encode_frame, Command, Header, Message};
 use vireo_protocol::request::OPERATION_REGISTER;
 use vireo_protocol::wire::{
     self, command, ClientRequest, Consumer, ConsumerKind, ConsumerOffsetKey, Identifier, LoginRegister, LoginWithToken,
@@ -25,9 +25,10 @@ use vireo_protocol::{Config, ReplicaEvent};
 use vireo_sim::disk::{DiskRequest, SimDisk};
 use vireo_sim::rng::SimRng;
 use vireo_sim::scenario::FaultRates;
-use vireo_storage::batch::BatchBuilder;
-use vireo_storage::checksum::checksum64;
+use vireo_storage::batch::{BatchBuilder, BATCH_HEADER_SIZE, MESSAGE_FRAME_SIZE};
+use vireo_storage::checksum::{self, checksum64};
 use vireo_storage::layout::WalLayout;
+use vireo_storage::layout::HEADER_SIZE;
 
 /// Counts the allocations (and their bytes) the node makes, so a test can see what it allocates
 /// per request: the world runs every shard on the test's own thread, and counts only while a
@@ -398,8 +399,10 @@ impl World {
     }
 
     /// Sends one frame as the SDK would and returns the node's answer (its header and body).
-    fn ask(&mut self, header: Header, body: Vec<u8>) -> (Header, Vec<u8>) {
-        let frame = Message::new(header, body).encode();
+    fn ask(&mut self, mut header: Header, body: Vec<u8>) -> (Header, Vec<u8>) {
+        // As the Iggy SDK frames it: no header or body checksum (zero is one left out).
+        header.size = (HEADER_SIZE + body.len()) as u32;
+        let frame = encode_frame(&header, &body);
         self.story.push(format!(
             "client -> connection {CONNECTION}: request={} operation={}{}",
             header.request,
@@ -410,7 +413,10 @@ impl World {
         for _ in 0..50 {
             self.settle();
             if let Some(reply) = self.replies.pop_front() {
-                let message = Message::decode(&reply, true).expect("a whole reply");
+                // As a client reads it: the header is sealed, a body checksum is checked when
+                // the node sent one (answers it makes itself leave it out).
+                let message = Message::decode(&reply, false).expect("a whole reply");
+                assert_ne!(message.header.checksum, 0, "a reply's header is sealed");
                 self.story.push(format!(
                     "client <- {}: request={} operation={} status={} body={}B",
                     message.header.command.name(),
@@ -913,7 +919,7 @@ fn a_full_channel_delays_a_request_and_loses_nothing() {
     for _ in 0..50 {
         world.settle();
         if let Some(reply) = world.replies.pop_front() {
-            let message = Message::decode(&reply, true).unwrap();
+            let message = Message::decode(&reply, false).unwrap();
             assert_eq!(message.header.status, 0);
             assert!(wire::LoginReply::decode(&message.body).unwrap().session > 0);
             return;
@@ -1009,7 +1015,7 @@ fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>, Vec<u128>) {
     for _ in 0..100 {
         world.settle();
         while let Some(reply) = world.replies.pop_front() {
-            answers.push(Message::decode(&reply, true).expect("a whole reply"));
+            answers.push(Message::decode(&reply, false).expect("a whole reply"));
         }
         if answers.len() == frames.len() {
             break;
@@ -1086,20 +1092,36 @@ fn a_batch_costs_the_same_allocations_whatever_its_message_count() {
     // Each request's story line allocates too; only the node is of interest.
     let measure = |world: &mut World, request: ClientRequest| {
         world.story.clear();
+        let hashed_before = checksum::bytes_hashed();
         let ((reply, _), allocations, bytes) = allocations_during(|| world.command(request));
         assert_eq!(reply.status, 0, "{}", world.story.join("\n"));
-        (allocations, bytes)
+        (allocations, bytes, checksum::bytes_hashed() - hashed_before)
     };
     // Warm up: the first sends open the segment and grow the node's tables.
     for _ in 0..3 {
         measure(&mut world, send_of(1, 5, &PAYLOAD));
         measure(&mut world, send_of(1, 100, &PAYLOAD));
     }
-    let (small_sends, _) = measure(&mut world, send_of(1, 5, &PAYLOAD));
-    let (large_sends, large_send_bytes) = measure(&mut world, send_of(1, 100, &PAYLOAD));
-    let (small_polls, _) = measure(&mut world, poll_of(1, 0, 5));
-    let (large_polls, large_poll_bytes) = measure(&mut world, poll_of(1, 5, 100));
+    let (small_sends, _, _) = measure(&mut world, send_of(1, 5, &PAYLOAD));
+    let (large_sends, large_send_bytes, send_hashed) = measure(&mut world, send_of(1, 100, &PAYLOAD));
+    let (small_polls, _, _) = measure(&mut world, poll_of(1, 0, 5));
+    let (large_polls, large_poll_bytes, poll_hashed) = measure(&mut world, poll_of(1, 5, 100));
     let payload = 100.0 * PAYLOAD.len() as f64;
+    // What is hashed is the batch: each message's 48-byte frame and payload, and its header.
+    let batch = (BATCH_HEADER_SIZE + 100 * (MESSAGE_FRAME_SIZE + PAYLOAD.len())) as f64;
+    println!(
+        "bytes hashed per batch byte: {:.2} on a send, {:.2} on a poll",
+        send_hashed as f64 / batch,
+        poll_hashed as f64 / batch
+    );
+    // A send stamps its batch (each message hashed once) and seals the prepare over it; nothing
+    // on the way to the segment log hashes it again (`batch::check_stamped`). A poll validates
+    // what it read from the disk once, and its reply's body is not hashed. The headers and
+    // small bodies around the batch stay under a twentieth of it.
+    // Built with debug assertions, the journal proves each body it takes once more.
+    let send_passes = if cfg!(debug_assertions) { 3.05 } else { 2.05 };
+    assert!(send_hashed as f64 <= send_passes * batch, "a send hashes {send_hashed} bytes for a batch of {batch}");
+    assert!(poll_hashed as f64 <= 1.05 * batch, "a poll hashes {poll_hashed} bytes for a batch of {batch}");
     println!(
         "allocations per send: {small_sends} (5 messages), {large_sends} (100); bytes allocated per payload byte: {:.2}",
         large_send_bytes as f64 / payload

@@ -91,8 +91,11 @@ impl Eq for Applied {}
 /// and that alone: whole, valid, not empty, stamped exactly there. `prepare` counts a send's
 /// messages and `apply` stores its batch by this one test, so the two can never disagree on
 /// where the next batch starts (a client's bytes that fail to stamp stay unstamped and fail it).
+/// The messages' checksums are not hashed again (`batch::check_stamped`): `prepare` just wrote
+/// them, and everywhere else the batch is a prepare's body, which its `checksum_body` vouches for.
+/// A client's batch that `stamp` refused fails the structure checks here as it failed them there.
 fn stamped_send(batch: &[u8], partition: u32, next_offset: u64, timestamp_us: u64) -> Option<BatchHeader> {
-    let header = batch::validate(batch).ok()?;
+    let header = batch::check_stamped(batch).ok()?;
     let exact = batch.len() == header.batch_length as usize
         && header.message_count > 0
         && header.partition_id == partition as u64
@@ -123,7 +126,7 @@ pub fn prepared_send<'a>(operation: u8, body: &'a [u8], cursor: u64, timestamp: 
     let batch = &body[SEND_BATCH_AT..];
     match stamped_send(batch, partition, cursor, timestamp / 1000) {
         Some(header) => PreparedSend::Batch { batch, header, retention },
-        None if batch::validate(batch).is_ok_and(|header| header.partition_id == partition as u64) => {
+        None if batch::check_stamped(batch).is_ok_and(|header| header.partition_id == partition as u64) => {
             PreparedSend::Elsewhere
         }
         None => PreparedSend::Nothing,

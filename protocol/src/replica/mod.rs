@@ -175,7 +175,8 @@ pub struct Replica<S: StateMachine> {
     timestamp_last: u64,
 
     pipeline: VecDeque<PipelineEntry>,
-    request_queue: VecDeque<Message>,
+    /// Requests waiting for a prepare: each one's header and whole frame (`on_frame`).
+    request_queue: VecDeque<(Header, Vec<u8>)>,
 
     start_view_change_votes: u64,
     do_view_change_votes: Vec<Option<DoViewChangeVote>>,
@@ -468,6 +469,34 @@ impl<S: StateMachine> Replica<S> {
 
     /// A message arrived from a peer or a client. Anything malformed is dropped.
     pub fn on_message(&mut self, io: &mut impl Io, bytes: &[u8]) {
+        if bytes.get(60).and_then(|command| Command::from_u8(*command)) == Some(Command::Request) {
+            return self.on_frame(io, bytes.to_vec());
+        }
+        self.on_decoded(io, bytes)
+    }
+
+    /// `on_message` for a frame the caller gives up: a client's request keeps its frame, which
+    /// becomes the body of a prepare of it alone as it is (the frame is the request's header,
+    /// then its body: a prepare body's layout), so its bytes are not copied on the way.
+    pub fn on_frame(&mut self, io: &mut impl Io, frame: Vec<u8>) {
+        if frame.get(60).and_then(|command| Command::from_u8(*command)) != Some(Command::Request) {
+            return self.on_decoded(io, &frame);
+        }
+        if self.status == Status::Opening || self.failed {
+            return;
+        }
+        // A client's frame may leave its checksums out (zero); one that has them is checked.
+        let Ok((header, _)) = Message::decode_borrowed(&frame, false) else {
+            return;
+        };
+        // A frame of another group reached us (a routing bug or a stale partition): not ours.
+        if header.group != 0 && header.group != crate::header::group_of(self.config.namespace) {
+            return;
+        }
+        self.on_request(io, header, frame);
+    }
+
+    fn on_decoded(&mut self, io: &mut impl Io, bytes: &[u8]) {
         if self.status == Status::Opening || self.failed {
             return;
         }
@@ -475,6 +504,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         };
         let from_client = command == Command::Request;
+        debug_assert!(!from_client, "requests go through on_frame");
         let Ok(message) = Message::decode(bytes, !from_client) else {
             return;
         };
@@ -518,7 +548,7 @@ impl<S: StateMachine> Replica<S> {
             self.rejoining = Some(Rejoining::CatchingUp { commit: message.header.commit });
         }
         match command {
-            Command::Request => self.on_request(io, message),
+            Command::Request => unreachable!("requests go through on_frame"),
             Command::Prepare => self.on_prepare(io, message),
             Command::PrepareOk => self.on_prepare_ok(io, message),
             Command::Commit => self.on_commit(io, message),

@@ -22,8 +22,8 @@ fn register_answer(entry: &ClientEntry) -> ClientEntry {
 pub const EVICTION_REASON_NO_SESSION: u8 = 1;
 
 impl<S: StateMachine> Replica<S> {
-    pub(super) fn on_request(&mut self, io: &mut impl Io, message: Message) {
-        let header = message.header;
+    /// A client's request, `frame` its whole frame (the header as it came, then the body).
+    pub(super) fn on_request(&mut self, io: &mut impl Io, header: Header, frame: Vec<u8>) {
         if header.client == 0 || header.operation == 0 {
             return;
         }
@@ -40,9 +40,10 @@ impl<S: StateMachine> Replica<S> {
         if !self.is_primary() {
             // The client guessed wrong: pass the request on to the primary of our view, as the
             // client sent it (its group field, if it names one, routes it on the primary's node).
-            let mut message = message;
-            message.header.seal_for_network(&message.body);
-            io.send(Peer::Replica(self.primary_of(self.view)), message.encode());
+            let (mut header, mut frame) = (header, frame);
+            header.seal_for_network(&frame[HEADER_SIZE..]);
+            frame[..HEADER_SIZE].copy_from_slice(&header.encode());
+            io.send(Peer::Replica(self.primary_of(self.view)), frame);
             return;
         }
         if self.request_in_flight(header.client, header.request, register) {
@@ -81,7 +82,7 @@ impl<S: StateMachine> Replica<S> {
             // Full: drop it; the client retries after its timeout.
             return;
         }
-        self.request_queue.push_back(message);
+        self.request_queue.push_back((header, frame));
         self.primary_prepare(io);
     }
 
@@ -92,7 +93,7 @@ impl<S: StateMachine> Replica<S> {
             header.client == client
                 && if register { header.operation == OPERATION_REGISTER } else { header.request == request }
         };
-        if self.request_queue.iter().any(|queued| same(&queued.header)) {
+        if self.request_queue.iter().any(|(queued, _)| same(queued)) {
             return true;
         }
         for op in self.commit_min + 1..=self.op {
@@ -122,21 +123,28 @@ impl<S: StateMachine> Replica<S> {
             let mut body = Vec::new();
             let mut count = 0u32;
             let mut first: Option<Header> = None;
-            while let Some(front) = self.request_queue.front() {
-                let size = front.header.size as usize;
+            while let Some((front, _)) = self.request_queue.front() {
+                let size = front.size as usize;
                 if count as usize == self.config.batch_requests_max
                     || (HEADER_SIZE + body.len() + size) as u64 > self.config.prepare_size_max
                 {
                     break;
                 }
-                let request = self.request_queue.pop_front().expect("front exists");
-                first.get_or_insert(request.header);
+                let (request, frame) = self.request_queue.pop_front().expect("front exists");
+                first.get_or_insert(request);
                 // The request's own checksums stay the client's: its reply names it by them.
                 let at = body.len() + HEADER_SIZE;
-                body.reserve(size);
-                body.extend_from_slice(&request.header.encode());
-                body.extend_from_slice(&request.body);
-                cursor = self.state_machine.prepare(cursor, timestamp, &request.header, &mut body[at..]);
+                if body.is_empty() {
+                    // The first request's frame is the body's start as it is (a prepare of one
+                    // request, the usual one, copies nothing).
+                    body = frame;
+                    body[..HEADER_SIZE].copy_from_slice(&request.encode());
+                } else {
+                    body.reserve(size);
+                    body.extend_from_slice(&request.encode());
+                    body.extend_from_slice(&frame[HEADER_SIZE..]);
+                }
+                cursor = self.state_machine.prepare(cursor, timestamp, &request, &mut body[at..]);
                 count += 1;
             }
             assert!(count > 0, "a request always fits in an empty prepare");
