@@ -212,3 +212,43 @@ fn client_connections_carry_whole_frames_and_malformed_ones_close_them() {
     .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether the block device holding `dir` completes polled I/O, as its queue says
+/// (`/sys/dev/block/MAJOR:0/queue/io_poll`; a partition's queue is its disk's). `None`: not a
+/// block device this can tell (tmpfs, an overlay), and nothing to check.
+fn device_polls(dir: &std::path::Path) -> Option<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(dir).ok()?.dev();
+    let major = (device >> 8) & 0xfff;
+    let io_poll = std::fs::read_to_string(format!("/sys/dev/block/{major}:0/queue/io_poll")).ok()?;
+    Some(io_poll.trim() != "0")
+}
+
+/// On a device that cannot poll, a segment's writes go to the ring the executor sleeps on, not to
+/// glommio's polled ring, which it would spin on while a write is in flight
+/// (`settle_polled_ring_probe`). Without the settled probe, glommio's own probe of the first,
+/// empty, segment says yes and every write here goes to the polled ring: this test then fails.
+#[test]
+fn segment_writes_go_to_the_ring_the_executor_sleeps_on() {
+    let dir = scratch("polled-ring");
+    let driver = DriverConfig::new(&dir);
+    let (polled, written) = run_on_cpu(0, "driver-test", move || async move {
+        let mut io = GlommioIo::new(&driver).unwrap();
+        let _ = glommio::executor().io_stats();
+        let file = vireo_io::FileId::new(Namespace::partition(0, 0, 0), vireo_io::FileKind::Segment(0));
+        for round in 0..4u64 {
+            io.write(file, round * 4096, vec![round as u8; 4096], vireo_io::Token(round));
+            io.next_completion().await.expect("the write completes");
+        }
+        let stats = glommio::executor().io_stats();
+        (stats.poll_ring.file_writes().0, stats.main_ring.file_writes().0)
+    })
+    .unwrap();
+    let polls = device_polls(&dir);
+    println!("device polls: {polls:?}; writes on the polled ring {polled}, on the main ring {written}");
+    if polls == Some(false) {
+        assert_eq!(polled, 0, "a device that cannot poll got {polled} polled writes");
+        assert!(written >= 4, "the writes went to the main ring: {written}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
