@@ -596,7 +596,16 @@ impl ClientRequest {
                 name: Name::read(r)?,
                 options: Options::read_bare(r)?,
             },
-            DELETE_TOPIC => R::DeleteTopic { stream: id(r)?, topic: id(r)? },
+            DELETE_TOPIC => {
+                let request = R::DeleteTopic { stream: id(r)?, topic: id(r)? };
+                // The reference's Node SDK (apache-iggy 0.10) sends the topic's partition count
+                // after the identifiers, and the reference reads the two identifiers and nothing
+                // after them: exactly that u32 is read and ignored; any other tail is refused.
+                if r.remaining() == 4 {
+                    r.u32("partitions count (ignored)")?;
+                }
+                request
+            }
             UPDATE_TOPIC => {
                 R::UpdateTopic { stream: id(r)?, topic: id(r)?, name: Name::read(r)?, options: Options::read_bare(r)? }
             }

@@ -1120,6 +1120,21 @@ fn malformed_bodies_name_the_offset() {
     );
     // Bytes past the last field.
     assert_eq!(ClientRequest::decode(PING, &[0]), Err(WireError::TrailingBytes { offset: 0 }));
+    // delete_topic takes the u32 the Node SDK sends after its identifiers, and nothing else.
+    let delete_topic = ClientRequest::DeleteTopic { stream: numeric(1), topic: numeric(2) }.encode();
+    let mut with_count = delete_topic.clone();
+    with_count.extend_from_slice(&3u32.to_le_bytes());
+    assert_eq!(ClientRequest::decode(DELETE_TOPIC, &with_count), ClientRequest::decode(DELETE_TOPIC, &delete_topic));
+    assert!(ClientRequest::decode(DELETE_TOPIC, &delete_topic).is_ok());
+    for extra in [1, 3, 5] {
+        let mut tail = delete_topic.clone();
+        tail.extend(std::iter::repeat_n(0, extra));
+        assert_eq!(
+            ClientRequest::decode(DELETE_TOPIC, &tail),
+            Err(WireError::TrailingBytes { offset: delete_topic.len() }),
+            "{extra} bytes after delete_topic's identifiers"
+        );
+    }
     assert_eq!(ClientRequest::decode(GET_CLIENT, &[1, 0, 0, 0, 9]), Err(WireError::TrailingBytes { offset: 4 }));
 }
 
