@@ -232,6 +232,11 @@ pub struct Replica<S: StateMachine> {
     events: VecDeque<ReplicaEvent>,
 }
 
+/// The command a frame's header names (byte 60), if it is one.
+fn command_of(bytes: &[u8]) -> Option<Command> {
+    bytes.get(60).and_then(|command| Command::from_u8(*command))
+}
+
 impl<S: StateMachine> Replica<S> {
     /// Creates a replica and starts reading its durable state; it acts once `Opened` is reported.
     pub fn open(config: Config, replica: u8, io: &mut impl Io) -> Replica<S> {
@@ -469,19 +474,25 @@ impl<S: StateMachine> Replica<S> {
 
     /// A message arrived from a peer or a client. Anything malformed is dropped.
     pub fn on_message(&mut self, io: &mut impl Io, bytes: &[u8]) {
-        if bytes.get(60).and_then(|command| Command::from_u8(*command)) == Some(Command::Request) {
-            return self.on_frame(io, bytes.to_vec());
+        match command_of(bytes) {
+            Some(Command::Request) => self.on_request_frame(io, bytes.to_vec()),
+            Some(command) => self.on_peer_message(io, command, bytes),
+            None => {}
         }
-        self.on_decoded(io, bytes)
     }
 
     /// `on_message` for a frame the caller gives up: a client's request keeps its frame, which
     /// becomes the body of a prepare of it alone as it is (the frame is the request's header,
     /// then its body: a prepare body's layout), so its bytes are not copied on the way.
     pub fn on_frame(&mut self, io: &mut impl Io, frame: Vec<u8>) {
-        if frame.get(60).and_then(|command| Command::from_u8(*command)) != Some(Command::Request) {
-            return self.on_decoded(io, &frame);
+        match command_of(&frame) {
+            Some(Command::Request) => self.on_request_frame(io, frame),
+            Some(command) => self.on_peer_message(io, command, &frame),
+            None => {}
         }
+    }
+
+    fn on_request_frame(&mut self, io: &mut impl Io, frame: Vec<u8>) {
         if self.status == Status::Opening || self.failed {
             return;
         }
@@ -496,16 +507,12 @@ impl<S: StateMachine> Replica<S> {
         self.on_request(io, header, frame);
     }
 
-    fn on_decoded(&mut self, io: &mut impl Io, bytes: &[u8]) {
+    /// A replica's message (every command but a client's request): its checksums must be right.
+    fn on_peer_message(&mut self, io: &mut impl Io, command: Command, bytes: &[u8]) {
         if self.status == Status::Opening || self.failed {
             return;
         }
-        let Some(command) = bytes.get(60).and_then(|command| Command::from_u8(*command)) else {
-            return;
-        };
-        let from_client = command == Command::Request;
-        debug_assert!(!from_client, "requests go through on_frame");
-        let Ok(message) = Message::decode(bytes, !from_client) else {
+        let Ok(message) = Message::decode(bytes, true) else {
             return;
         };
         // A prepare names the primary that created it, not the replica that sent it (repair
@@ -514,14 +521,13 @@ impl<S: StateMachine> Replica<S> {
         if message.header.group != 0 && message.header.group != crate::header::group_of(self.config.namespace) {
             return;
         }
-        if !from_client
-            && (message.header.cluster != self.config.cluster
-                || message.header.replica >= self.replica_count()
-                || (message.header.replica == self.replica && command != Command::Prepare))
+        if message.header.cluster != self.config.cluster
+            || message.header.replica >= self.replica_count()
+            || (message.header.replica == self.replica && command != Command::Prepare)
         {
             return;
         }
-        if self.rejoining.is_some() && !from_client {
+        if self.rejoining.is_some() {
             // A prepare names the primary that made it, not the replica that sent it: repair
             // relays prepares of older views, so one made by view 0's primary can reach us from
             // anybody, long after that primary moved on to newer views. It says nothing of which
@@ -548,7 +554,7 @@ impl<S: StateMachine> Replica<S> {
             self.rejoining = Some(Rejoining::CatchingUp { commit: message.header.commit });
         }
         match command {
-            Command::Request => unreachable!("requests go through on_frame"),
+            Command::Request => unreachable!("requests go through on_request_frame"),
             Command::Prepare => self.on_prepare(io, message),
             Command::PrepareOk => self.on_prepare_ok(io, message),
             Command::Commit => self.on_commit(io, message),
