@@ -845,17 +845,16 @@ impl GlommioIo {
     }
 }
 
-/// Writes the whole buffer. `write_at` consumes it, so a short write (on a regular file: the
-/// device filled up mid-write) is reported as `NoSpace` rather than retried; the caller cuts the
-/// file back to what it had.
-/// Writes `bytes` at `offset` of a file that goes through the page cache, with pwrite(2) on the
-/// shard's own thread. io_uring hands every buffered write to ext4 to one of its worker threads
+/// Writes all of `bytes` at `offset` of a file that goes through the page cache, with pwrite(2)
+/// on the shard's own thread; a short write goes on from where it stopped, and a write that takes
+/// nothing (the device is full) is `NoSpace`, after which the caller cuts the file back.
+/// io_uring hands every buffered write to ext4 to one of its worker threads
 /// (ext4 takes no non-blocking buffered writes), which costs a thread hop and two context
 /// switches per WAL slot, header and index entry; a write into the page cache does not wait for
 /// the device. Measured on the pinned producer, 8 rounds each: 349 -> 407 MB/s, 3.18 -> 2.65
 /// CPU-seconds per GB. What it gives up: when the kernel throttles a writer past its dirty-page
 /// limit, the whole shard waits, not one worker.
-async fn write_all(handle: &BufferedFile, offset: u64, bytes: Vec<u8>) -> Result<(), IoError> {
+fn write_all(handle: &BufferedFile, offset: u64, bytes: &[u8]) -> Result<(), IoError> {
     use std::os::fd::AsRawFd;
     let mut at = 0usize;
     while at < bytes.len() {
@@ -942,7 +941,7 @@ impl Io for GlommioIo {
                 if bytes.is_empty() {
                     return Ok(());
                 }
-                write_all(&handle, offset, bytes).await
+                write_all(&handle, offset, &bytes)
             }
             .await;
             Completion::Write { token, result }
