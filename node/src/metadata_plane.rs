@@ -242,7 +242,7 @@ impl MetadataMachine {
             ClientRequest::DeleteUser { user } => MetadataCommand::DeleteUser { user: id(user) },
             ClientRequest::UpdatePermissions { user, permissions } => MetadataCommand::UpdatePermissions {
                 user: id(user),
-                permissions: wire_view::permissions_from_wire(permissions.as_ref()),
+                permissions: permissions.as_ref().map(wire_view::permissions_from_wire),
             },
             ClientRequest::DeletePersonalAccessToken { name } => {
                 MetadataCommand::DeletePersonalAccessToken { name: name.as_str().to_owned() }

@@ -1539,7 +1539,7 @@ impl Node {
                     username: username.as_str().to_owned(),
                     password_hash: hash_password(&password(&secret)?, salt(), cost),
                     status,
-                    permissions: wire_view::permissions_from_wire(permissions.as_ref()),
+                    permissions: permissions.as_ref().map(wire_view::permissions_from_wire),
                 };
                 Ok((ReplyKind::Metadata, internal_body(&command)))
             }

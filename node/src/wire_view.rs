@@ -132,7 +132,7 @@ pub fn user(user: &User) -> wire::UserResponse {
 }
 
 pub fn user_details(of: &User) -> wire::UserDetails {
-    wire::UserDetails { user: user(of), permissions: Some(permissions(&of.permissions)) }
+    wire::UserDetails { user: user(of), permissions: of.permissions_given.then(|| permissions(&of.permissions)) }
 }
 
 pub fn permissions(permissions: &Permissions) -> wire::Permissions {
@@ -182,9 +182,8 @@ pub fn permissions(permissions: &Permissions) -> wire::Permissions {
     }
 }
 
-/// The metadata's permissions for wire permissions (`None`: no rights at all).
-pub fn permissions_from_wire(wire: Option<&wire::Permissions>) -> Permissions {
-    let Some(wire) = wire else { return Permissions::default() };
+/// The metadata's permissions for wire permissions.
+pub fn permissions_from_wire(wire: &wire::Permissions) -> Permissions {
     let global = wire.global;
     Permissions {
         global: GlobalPermissions {

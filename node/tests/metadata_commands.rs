@@ -35,7 +35,7 @@ fn create_user(metadata: &mut Metadata, username: &str, permissions: Permissions
         username: username.into(),
         password_hash: OTHER_HASH.into(),
         status: UserStatus::Active,
-        permissions,
+        permissions: Some(permissions),
     };
     match ok(metadata, ROOT, command) {
         MetadataResult::UserCreated { user } => user,
@@ -132,7 +132,7 @@ fn creating_a_user_is_denied_for_each_reason() {
         username: username.into(),
         password_hash: password_hash.into(),
         status: UserStatus::Active,
-        permissions: Permissions::default(),
+        permissions: None,
     };
     assert_eq!(denied(&mut metadata, plain, create("x", OTHER_HASH)), MetadataError::PermissionDenied(plain));
     assert_eq!(denied(&mut metadata, 77, create("x", OTHER_HASH)), MetadataError::Unauthenticated(77));
@@ -146,17 +146,27 @@ fn creating_a_user_is_denied_for_each_reason() {
     create_user(&mut metadata, &"u".repeat(50), Permissions::default());
     let error = denied(&mut metadata, ROOT, create("x", OTHER_HASH));
     assert_eq!((error.clone(), error.code()), (MetadataError::LimitReached(Limit::Users), 55));
+}
 
-    let mut on_missing_stream = Permissions::default();
-    on_missing_stream.streams.insert(9, StreamPermissions::default());
+#[test]
+fn a_right_on_a_stream_not_created_yet_holds_for_it_and_dies_with_it() {
+    // The reference stores overrides on streams and topics that do not exist yet (its clients
+    // provision users first); deleting the object still drops them, so ids handed out again never
+    // inherit them.
     let mut metadata = genesis();
-    let command = MetadataCommand::CreateUser {
-        username: "x".into(),
-        password_hash: OTHER_HASH.into(),
-        status: UserStatus::Active,
-        permissions: on_missing_stream,
-    };
-    assert_eq!(denied(&mut metadata, ROOT, command), MetadataError::StreamNotFound(Identifier::Numeric(9)));
+    let mut ahead = Permissions::default();
+    ahead.streams.insert(0, StreamPermissions { read_stream: true, ..StreamPermissions::default() });
+    ahead.streams.get_mut(&0).unwrap().topics.insert(7, Default::default());
+    let reader = create_user(&mut metadata, "reader", ahead.clone());
+    assert_eq!(metadata.user(reader).unwrap().permissions, ahead);
+
+    let stream = create_stream(&mut metadata, "orders");
+    assert_eq!(stream, 0);
+    assert_eq!(metadata.authorize_read(reader, ReadKind::Stream { stream }), Ok(()));
+    ok(&mut metadata, ROOT, MetadataCommand::DeleteStream { stream: "orders".into() });
+    assert!(metadata.user(reader).unwrap().permissions.streams.is_empty());
+    assert_eq!(create_stream(&mut metadata, "payments"), 0);
+    assert!(metadata.authorize_read(reader, ReadKind::Stream { stream: 0 }).is_err(), "not inherited");
 }
 
 #[test]
@@ -182,7 +192,8 @@ fn the_root_user_cannot_be_deleted_deactivated_or_restricted() {
     let deactivate =
         MetadataCommand::UpdateUser { user: ROOT.into(), username: None, status: Some(UserStatus::Inactive) };
     assert_eq!(denied(&mut metadata, admin, deactivate), MetadataError::CannotChangeRoot);
-    let restrict = MetadataCommand::UpdatePermissions { user: "iggy".into(), permissions: Permissions::default() };
+    let restrict =
+        MetadataCommand::UpdatePermissions { user: "iggy".into(), permissions: Some(Permissions::default()) };
     assert_eq!(denied(&mut metadata, admin, restrict).code(), 49);
 }
 
@@ -203,7 +214,11 @@ fn users_are_updated_and_their_permissions_replaced() {
     assert_eq!(denied(&mut metadata, ROOT, missing).code(), 20);
 
     let readers = global(|g| g.read_streams = true);
-    ok(&mut metadata, ROOT, MetadataCommand::UpdatePermissions { user: alice.into(), permissions: readers.clone() });
+    ok(
+        &mut metadata,
+        ROOT,
+        MetadataCommand::UpdatePermissions { user: alice.into(), permissions: Some(readers.clone()) },
+    );
     assert_eq!(metadata.user(alice).unwrap().permissions, readers);
     assert_eq!(metadata.authorize_read(alice, ReadKind::Streams), Ok(()));
 }
@@ -585,15 +600,17 @@ fn reads_are_authorized_from_committed_permissions() {
     }
     assert_eq!(metadata.authorize_read(42, ReadKind::Streams).unwrap_err().code(), 40);
 
-    let bad_override = {
+    // An override on a topic not created yet is kept (the reference keeps it).
+    let ahead = {
         let mut permissions = Permissions::default();
         let mut on_stream = StreamPermissions::default();
         on_stream.topics.insert(9, TopicPermissions::default());
         permissions.streams.insert(stream, on_stream);
         permissions
     };
-    let command = MetadataCommand::UpdatePermissions { user: sender.into(), permissions: bad_override };
-    assert_eq!(denied(&mut metadata, ROOT, command).code(), 2010);
+    let command = MetadataCommand::UpdatePermissions { user: sender.into(), permissions: Some(ahead.clone()) };
+    ok(&mut metadata, ROOT, command);
+    assert_eq!(metadata.user(sender).unwrap().permissions, ahead);
 }
 
 #[test]

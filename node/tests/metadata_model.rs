@@ -183,7 +183,8 @@ struct UserView {
     name: String,
     status: UserStatus,
     password_hash: String,
-    permissions: Permissions,
+    /// `None`: the user's permissions were never given (its details say none).
+    permissions: Option<Permissions>,
     /// Token name to its hash and expiry.
     tokens: BTreeMap<String, (u128, Option<u64>)>,
 }
@@ -222,7 +223,7 @@ fn view_of(metadata: &Metadata) -> View {
                 name: user.username.clone(),
                 status: user.status,
                 password_hash: user.password_hash.clone(),
-                permissions: user.permissions.clone(),
+                permissions: user.permissions_given.then(|| user.permissions.clone()),
                 tokens,
             };
             (user.id, view)
@@ -337,7 +338,7 @@ impl Grant {
         self.reads_topic(stream) || granted
     }
 
-    /// The stream (and topic) an override names: it must exist when granted.
+    /// The stream (and topic) an override names (it need not exist yet).
     fn target(self) -> Option<(u32, Option<u32>)> {
         match self {
             Grant::All | Grant::Nothing | Grant::ManageStreams => None,
@@ -413,6 +414,8 @@ struct ModelUser {
     status: UserStatus,
     password_hash: String,
     grant: Grant,
+    /// Whether `grant` was given (a user created or updated without permissions has none).
+    given: bool,
     /// Token name to its hash and expiry.
     tokens: BTreeMap<String, (u128, Option<u64>)>,
 }
@@ -494,6 +497,7 @@ impl Model {
             status: UserStatus::Active,
             password_hash: root_password_hash.to_owned(),
             grant: Grant::All,
+            given: true,
             tokens: BTreeMap::new(),
         };
         Model { streams: BTreeMap::new(), users: BTreeMap::from([(ROOT_USER_ID, root)]) }
@@ -508,7 +512,7 @@ impl Model {
                     name: user.name.clone(),
                     status: user.status,
                     password_hash: user.password_hash.clone(),
-                    permissions: user.grant.permissions(),
+                    permissions: user.given.then(|| user.grant.permissions()),
                     tokens: user.tokens.clone(),
                 };
                 (*id, view)
@@ -526,11 +530,11 @@ impl Model {
         let grant = self.acting_grant(actor)?;
         match command {
             C::CreateUser { username, password_hash, status, permissions } => {
-                self.create_user(grant, username, password_hash, *status, permissions)
+                self.create_user(grant, username, password_hash, *status, permissions.as_ref())
             }
             C::UpdateUser { user, username, status } => self.update_user(grant, user, username.as_deref(), *status),
             C::DeleteUser { user } => self.delete_user(grant, user),
-            C::UpdatePermissions { user, permissions } => self.update_permissions(grant, user, permissions),
+            C::UpdatePermissions { user, permissions } => self.update_permissions(grant, user, permissions.as_ref()),
             C::ChangePassword { user, password_hash } => self.change_password(actor, grant, user, password_hash),
             C::CreatePersonalAccessToken { name, token_hash, expiry } => {
                 self.create_token(actor, now, name, *token_hash, *expiry)
@@ -613,23 +617,13 @@ impl Model {
         self.streams[&stream].topics.iter().map(|(id, topic)| (*id, topic.partitions_count)).collect()
     }
 
-    /// An override may only name an existing stream and topic.
-    fn check_target(&self, grant: Grant) -> Result<(), u32> {
-        let Some((stream, topic)) = grant.target() else { return Ok(()) };
-        let stream = self.streams.get(&stream).ok_or(code::STREAM_NOT_FOUND)?;
-        match topic {
-            Some(topic) if !stream.topics.contains_key(&topic) => Err(code::TOPIC_NOT_FOUND),
-            _ => Ok(()),
-        }
-    }
-
     fn create_user(
         &mut self,
         grant: Grant,
         username: &str,
         password_hash: &str,
         status: UserStatus,
-        permissions: &Permissions,
+        permissions: Option<&Permissions>,
     ) -> Result<MetadataResult, u32> {
         deny_unless(grant.manages_users())?;
         if !is_username(username) {
@@ -644,8 +638,8 @@ impl Model {
         if self.users.len() >= LIMITS.users_max as usize {
             return Err(code::USERS_LIMIT);
         }
-        let granted = Grant::recognize(permissions);
-        self.check_target(granted)?;
+        // An override may name a stream or topic not created yet (as the reference allows).
+        let granted = permissions.map_or(Grant::Nothing, Grant::recognize);
 
         let id = lowest_free_id(&self.users);
         let user = ModelUser {
@@ -653,6 +647,7 @@ impl Model {
             status,
             password_hash: password_hash.to_owned(),
             grant: granted,
+            given: permissions.is_some(),
             tokens: BTreeMap::new(),
         };
         self.users.insert(id, user);
@@ -704,16 +699,17 @@ impl Model {
         &mut self,
         grant: Grant,
         user: &Identifier,
-        permissions: &Permissions,
+        permissions: Option<&Permissions>,
     ) -> Result<MetadataResult, u32> {
         deny_unless(grant.manages_users())?;
         let id = self.find_user(user)?;
         if id == ROOT_USER_ID {
             return Err(code::CANNOT_CHANGE_ROOT);
         }
-        let granted = Grant::recognize(permissions);
-        self.check_target(granted)?;
-        self.users.get_mut(&id).expect("found above").grant = granted;
+        // An override may name a stream or topic not created yet (as the reference allows).
+        let target = self.users.get_mut(&id).expect("found above");
+        target.grant = permissions.map_or(Grant::Nothing, Grant::recognize);
+        target.given = permissions.is_some();
         Ok(MetadataResult::PermissionsUpdated { user: id })
     }
 
@@ -1083,7 +1079,7 @@ fn prelude() -> Vec<Step> {
             username: username.to_owned(),
             password_hash: password_hashes()[1].clone(),
             status: UserStatus::Active,
-            permissions: grant.permissions(),
+            permissions: Some(grant.permissions()),
         })
     };
     let create_topic = |stream: &str, name: &str, partitions_count| {
@@ -1406,18 +1402,18 @@ fn command() -> BoxedStrategy<MetadataCommand> {
             .prop_map(|(stream, topic, group, member)| C::JoinConsumerGroup { stream, topic, group, member }),
         5 => (stream(), topic(), group(), member())
             .prop_map(|(stream, topic, group, member)| C::LeaveConsumerGroup { stream, topic, group, member }),
-        4 => (username(), password_hash(), created_status, grant())
+        4 => (username(), password_hash(), created_status, prop::option::weighted(0.9, grant()))
             .prop_map(|(username, password_hash, status, grant)| C::CreateUser {
                 username,
                 password_hash,
                 status,
-                permissions: grant.permissions(),
+                permissions: grant.map(Grant::permissions),
             }),
         2 => (user(), prop::option::of(username()), prop::option::of(status()))
             .prop_map(|(user, username, status)| C::UpdateUser { user, username, status }),
         3 => user().prop_map(|user| C::DeleteUser { user }),
-        3 => (user(), grant())
-            .prop_map(|(user, grant)| C::UpdatePermissions { user, permissions: grant.permissions() }),
+        3 => (user(), prop::option::weighted(0.9, grant()))
+            .prop_map(|(user, grant)| C::UpdatePermissions { user, permissions: grant.map(Grant::permissions) }),
         1 => (user(), password_hash()).prop_map(|(user, password_hash)| C::ChangePassword { user, password_hash }),
         2 => (token_name(), 1u128..=12, expiry)
             .prop_map(|(name, token_hash, expiry)| C::CreatePersonalAccessToken { name, token_hash, expiry }),
@@ -1472,13 +1468,13 @@ fn the_comparison_names_each_difference() {
     let topic = drifted.streams.get_mut(&0).and_then(|stream| stream.topics.get_mut(&0)).expect("topic 0 of s0");
     topic.partitions_count = 3;
     topic.groups.get_mut(&0).expect("group g0").members.remove(&2);
-    drifted.users.get_mut(&CAROL).expect("carol exists").permissions = Grant::Nothing.permissions();
+    drifted.users.get_mut(&CAROL).expect("carol exists").permissions = Some(Grant::Nothing.permissions());
     drifted.users.remove(&DAVE);
     let report = compare_views(&drifted, &view_of(&metadata)).unwrap_err();
     let lines: Vec<&str> = report.lines().collect();
     assert_eq!(lines.len(), 4, "{report}");
     assert_eq!(lines[0], "stream 0 topic 0 partitions_count: model has 3, state machine has 2");
     assert_eq!(lines[1], "stream 0 topic 0 group 0 members: model has {1}, state machine has {1, 2}");
-    assert!(lines[2].starts_with("user 3 permissions: model has Permissions {"), "{report}");
+    assert!(lines[2].starts_with("user 3 permissions: model has Some(Permissions {"), "{report}");
     assert!(lines[3].starts_with("user 4: model has None, state machine has Some(UserView"), "{report}");
 }

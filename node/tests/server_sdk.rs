@@ -63,6 +63,8 @@ async fn conversation(server: &Server) {
     assert!(!client.get_clients().await.unwrap().is_empty());
     let cluster = client.get_cluster_metadata().await.unwrap();
     assert_eq!(cluster.nodes.len(), 1);
+    // The names the reference gives a single node, which its Node SDK's tests expect.
+    assert_eq!((cluster.name.as_str(), cluster.nodes[0].name.as_str()), ("single-node", "iggy-node"));
     client.get_stats().await.unwrap();
 
     // Streams.
@@ -184,7 +186,10 @@ async fn conversation(server: &Server) {
     assert!(client.get_consumer_group(&orders, &events, &billing).await.unwrap().is_none());
 
     // Users and permissions: a user without permissions is refused with Unauthorized.
-    client.create_user("reader", "reader-secret", UserStatus::Active, None).await.unwrap();
+    let created = client.create_user("reader", "reader-secret", UserStatus::Active, None).await.unwrap();
+    // None given, none answered (as the reference does), not a block of false rights.
+    assert!(created.permissions.is_none());
+    assert!(client.get_user(&id("reader")).await.unwrap().unwrap().permissions.is_none());
     assert!(client.get_users().await.unwrap().iter().any(|user| user.username == "reader"));
     let reader = connect(server).await;
     reader.login_user("reader", "reader-secret").await.unwrap();
@@ -202,7 +207,8 @@ async fn conversation(server: &Server) {
     client.update_user(&id("reader"), Some("auditor"), None, &UserUpdateOptions::default()).await.unwrap();
     let permissions =
         Permissions { global: GlobalPermissions { read_streams: true, ..Default::default() }, streams: None };
-    client.update_permissions(&id("auditor"), Some(permissions)).await.unwrap();
+    client.update_permissions(&id("auditor"), Some(permissions.clone())).await.unwrap();
+    assert_eq!(client.get_user(&id("auditor")).await.unwrap().unwrap().permissions, Some(permissions));
     let auditor = connect(server).await;
     auditor.login_user("auditor", "reader-secret-2").await.unwrap();
     assert_eq!(auditor.get_streams().await.unwrap().len(), 1);

@@ -41,14 +41,18 @@ impl From<&str> for Identifier {
 /// One replicated metadata command. The acting user comes with it to `apply`, not inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetadataCommand {
-    /// Needs manage_users. `password_hash` is a PHC string the node computed.
-    CreateUser { username: String, password_hash: String, status: UserStatus, permissions: Permissions },
+    /// Needs manage_users. `password_hash` is a PHC string the node computed. `permissions`
+    /// `None`: created without any, as the reference allows (no rights; its details say none).
+    /// Overrides may name streams and topics that do not exist yet, as in `UpdatePermissions`.
+    CreateUser { username: String, password_hash: String, status: UserStatus, permissions: Option<Permissions> },
     /// Needs manage_users. Renames and/or (de)activates; the root user cannot be deactivated.
     UpdateUser { user: Identifier, username: Option<String>, status: Option<UserStatus> },
     /// Needs manage_users. Also deletes the user's tokens. The root user cannot be deleted.
     DeleteUser { user: Identifier },
-    /// Needs manage_users. Every stream and topic override must name an existing object.
-    UpdatePermissions { user: Identifier, permissions: Permissions },
+    /// Needs manage_users. Overrides may name streams and topics that do not exist yet (as the
+    /// reference allows): they take effect when an object of that id is created.
+    /// `None` takes every right away, and the user's details then say none.
+    UpdatePermissions { user: Identifier, permissions: Option<Permissions> },
     /// A user may always change its own password; anyone else's needs manage_users.
     ChangePassword { user: Identifier, password_hash: String },
     /// A token of the acting user. `token_hash` is `users::token_hash` of the secret token;

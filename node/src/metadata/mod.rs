@@ -83,6 +83,7 @@ impl Metadata {
             status: UserStatus::Active,
             password_hash: root_password_hash.to_owned(),
             permissions: Permissions::root(),
+            permissions_given: true,
             created_at: 0,
             tokens: BTreeMap::new(),
         };
@@ -109,11 +110,11 @@ impl Metadata {
         use MetadataCommand as C;
         let result = match command {
             C::CreateUser { username, password_hash, status, permissions } => {
-                self.create_user(user_id, timestamp, username, password_hash, *status, permissions)
+                self.create_user(user_id, timestamp, username, password_hash, *status, permissions.as_ref())
             }
             C::UpdateUser { user, username, status } => self.update_user(user_id, user, username.as_deref(), *status),
             C::DeleteUser { user } => self.delete_user(user_id, user),
-            C::UpdatePermissions { user, permissions } => self.update_permissions(user_id, user, permissions),
+            C::UpdatePermissions { user, permissions } => self.update_permissions(user_id, user, permissions.as_ref()),
             C::ChangePassword { user, password_hash } => self.change_password(user_id, user, password_hash),
             C::CreatePersonalAccessToken { name, token_hash, expiry } => {
                 self.create_personal_access_token(user_id, timestamp, name, *token_hash, *expiry)

@@ -8,8 +8,10 @@
 //! - manage_users implies read_users; manage_servers implies read_servers.
 //!
 //! Stream and topic ids are reused after a delete (the lowest free id is taken), so deleting a
-//! stream or topic also drops every override that names it, and an override may only name an
-//! existing object: a new stream never inherits the rights granted on a dead one.
+//! stream or topic also drops every override that names it: a new stream never inherits the
+//! rights granted on a dead one. An override may name a stream or topic that does not exist yet,
+//! as the reference allows (its clients provision users before their streams): it is granted
+//! for the object created with that id, deliberately.
 
 use std::collections::BTreeMap;
 

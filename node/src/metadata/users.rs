@@ -2,7 +2,8 @@
 //!
 //! Invariants: user ids and usernames are unique; the root user (id 0, "iggy") always exists with
 //! every permission and active; a token's name is unique among its user's tokens and its hash is
-//! unique in the cluster, and `Metadata::tokens` indexes exactly the tokens users hold.
+//! unique in the cluster, and `Metadata::tokens` indexes exactly the tokens users hold; a user
+//! whose permissions were not given holds none.
 //!
 //! Secrets never enter the state machine: a password arrives as a PHC hash made by the node
 //! (`password.rs`), a token as its xxh3-128 (`token_hash`), so a snapshot leaks neither.
@@ -39,7 +40,11 @@ pub struct User {
     pub status: UserStatus,
     /// A PHC string (`$argon2id$...`), checked by `password::verify_password`.
     pub password_hash: String,
+    /// The user's rights (none when `permissions_given` is false).
     pub permissions: Permissions,
+    /// Whether the user's permissions were stated (on creation or since): the reference keeps
+    /// "none given" apart from "all false", and its clients read the difference.
+    pub permissions_given: bool,
     pub created_at: u64,
     /// The user's tokens by name.
     pub tokens: BTreeMap<String, PersonalAccessToken>,
@@ -121,24 +126,6 @@ impl Metadata {
         found.ok_or_else(|| MetadataError::UserNotFound(user.clone()))
     }
 
-    /// Overrides may name only existing streams and topics: ids are reused, and a right granted on
-    /// a deleted stream must not pass to the next stream that gets its id.
-    fn validate_permission_targets(&self, permissions: &Permissions) -> Result<(), MetadataError> {
-        for (stream_id, stream_permissions) in &permissions.streams {
-            let stream =
-                self.streams.get(stream_id).ok_or(MetadataError::StreamNotFound(Identifier::Numeric(*stream_id)))?;
-            for topic_id in stream_permissions.topics.keys() {
-                if !stream.topics.contains_key(topic_id) {
-                    return Err(MetadataError::TopicNotFound {
-                        stream: *stream_id,
-                        topic: Identifier::Numeric(*topic_id),
-                    });
-                }
-            }
-        }
-        Ok(())
-    }
-
     pub(super) fn create_user(
         &mut self,
         actor_id: u32,
@@ -146,7 +133,7 @@ impl Metadata {
         username: &str,
         password_hash: &str,
         status: UserStatus,
-        permissions: &Permissions,
+        permissions: Option<&Permissions>,
     ) -> Result<MetadataResult, MetadataError> {
         let actor = self.acting_user(actor_id)?;
         self.require_manage_users(actor)?;
@@ -158,7 +145,6 @@ impl Metadata {
         if self.users.len() >= self.limits.users_max as usize {
             return Err(MetadataError::LimitReached(Limit::Users));
         }
-        self.validate_permission_targets(permissions)?;
 
         let id = super::lowest_free_id(&self.users);
         let user = User {
@@ -166,7 +152,8 @@ impl Metadata {
             username: username.to_owned(),
             status,
             password_hash: password_hash.to_owned(),
-            permissions: permissions.clone(),
+            permissions: permissions.cloned().unwrap_or_default(),
+            permissions_given: permissions.is_some(),
             created_at: timestamp,
             tokens: BTreeMap::new(),
         };
@@ -228,7 +215,7 @@ impl Metadata {
         &mut self,
         actor_id: u32,
         user: &Identifier,
-        permissions: &Permissions,
+        permissions: Option<&Permissions>,
     ) -> Result<MetadataResult, MetadataError> {
         let actor = self.acting_user(actor_id)?;
         self.require_manage_users(actor)?;
@@ -236,9 +223,10 @@ impl Metadata {
         if id == ROOT_USER_ID {
             return Err(MetadataError::CannotChangeRoot);
         }
-        self.validate_permission_targets(permissions)?;
 
-        self.users.get_mut(&id).expect("resolved above").permissions = permissions.clone();
+        let target = self.users.get_mut(&id).expect("resolved above");
+        target.permissions = permissions.cloned().unwrap_or_default();
+        target.permissions_given = permissions.is_some();
         Ok(MetadataResult::PermissionsUpdated { user: id })
     }
 
@@ -330,7 +318,7 @@ impl Metadata {
     /// Users' invariants (see the module documentation); `Err` names the first one broken.
     pub(super) fn check_users(&self) -> Result<(), String> {
         let root = self.users.get(&ROOT_USER_ID).ok_or("the root user is missing")?;
-        if root.permissions != Permissions::root() || root.status != UserStatus::Active {
+        if root.permissions != Permissions::root() || !root.permissions_given || root.status != UserStatus::Active {
             return Err("the root user lost permissions or was deactivated".into());
         }
         if self.users.len() > self.limits.users_max as usize || self.users.len() != self.user_ids_by_name.len() {
@@ -350,11 +338,8 @@ impl Metadata {
                 }
                 tokens_indexed += 1;
             }
-            for (stream_id, stream_permissions) in &user.permissions.streams {
-                let stream = self.streams.get(stream_id).ok_or(format!("user {id} has rights on a missing stream"))?;
-                if stream_permissions.topics.keys().any(|topic| !stream.topics.contains_key(topic)) {
-                    return Err(format!("user {id} has rights on a missing topic"));
-                }
+            if !user.permissions_given && user.permissions != Permissions::default() {
+                return Err(format!("user {id} holds rights it was never given"));
             }
         }
         if tokens_indexed != self.tokens.len() {

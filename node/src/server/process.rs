@@ -282,6 +282,9 @@ fn raise_open_files_limit() -> u64 {
     limit.rlim_cur
 }
 
+/// The name a single node (clustering off) gives itself in cluster metadata, the reference's.
+pub const SINGLE_NODE_NAME: &str = "iggy-node";
+
 /// The node configuration a server's shards are opened with (the shard fields are set per shard).
 pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeConfig {
     let cluster = cluster_id(config);
@@ -303,7 +306,9 @@ pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeCon
         .enumerate()
         .take(config.replica_count() as usize)
         .map(|(index, node)| wire::ClusterNode {
-            name: node.name.clone(),
+            // Clustering off, the reference reports itself under one fixed name, whatever its
+            // roster says, and its clients (the Node SDK's tests) expect that name.
+            name: if config.cluster.enabled { node.name.clone() } else { SINGLE_NODE_NAME.to_string() },
             ip: node.ip.clone(),
             // A single node reports the port it bound (which may have been 0 in the file).
             tcp_port: if index == replica && !config.cluster.enabled { tcp_port } else { node.ports.tcp as u16 },
