@@ -38,11 +38,52 @@ pub struct DriverConfig {
     /// Seeds `Io::random` (the node draws it from the OS at boot).
     pub seed: u64,
     pub net: NetLimits,
+    /// TLS on the client connections, when the port serves it.
+    pub tls: Option<ClientTls>,
 }
 
 impl DriverConfig {
     pub fn new(data_dir: impl Into<PathBuf>) -> DriverConfig {
-        DriverConfig { data_dir: data_dir.into(), open_files_max: 512, seed: 0x5eed, net: NetLimits::default() }
+        DriverConfig {
+            data_dir: data_dir.into(),
+            open_files_max: 512,
+            seed: 0x5eed,
+            net: NetLimits::default(),
+            tls: None,
+        }
+    }
+}
+
+/// TLS on a port's connections: each accepted connection completes a rustls handshake within
+/// `handshake_timeout` before anything else is read from it. One that does not (a plain-text
+/// client, another protocol, a client that stalls) is closed and counted (`tls_refused`), and
+/// connections still shaking hands count against `connections_max` like open ones, so a flood of
+/// them is bounded too.
+#[derive(Clone)]
+pub struct ClientTls {
+    pub acceptor: futures_rustls::TlsAcceptor,
+    pub handshake_timeout: Duration,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls").field("handshake_timeout", &self.handshake_timeout).finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// The handshake on `stream`, bounded by `handshake_timeout`; `None` when it failed or
+    /// timed out (the stream is then dropped, which closes it).
+    pub async fn accept<S>(&self, stream: S) -> Option<futures_rustls::server::TlsStream<S>>
+    where
+        S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+    {
+        let handshake = async { self.acceptor.accept(stream).await.ok() };
+        let deadline = async {
+            glommio::timer::sleep(self.handshake_timeout).await;
+            None
+        };
+        futures_lite::future::or(handshake, deadline).await
     }
 }
 
@@ -86,6 +127,8 @@ pub struct NetCounters {
     pub slow_readers_cut: u64,
     /// Closed by the shard (`close_client`).
     pub closed_by_server: u64,
+    /// Closed before their first frame: the TLS handshake failed or took too long.
+    pub tls_refused: u64,
     pub frames_in: u64,
     pub bytes_in: u64,
     pub frames_out: u64,
@@ -259,6 +302,9 @@ struct Shared {
     connections: RefCell<HashMap<u128, ConnectionEntry>>,
     connection_next: Cell<u64>,
     limits: NetLimits,
+    tls: Option<ClientTls>,
+    /// Connections still in their TLS handshake (not yet in `connections`).
+    handshaking: Cell<usize>,
     net_counters: Cell<NetCounters>,
 }
 
@@ -686,6 +732,8 @@ impl GlommioIo {
                 connections: RefCell::new(HashMap::new()),
                 connection_next: Cell::new(0),
                 limits: config.net,
+                tls: config.tls.clone(),
+                handshaking: Cell::new(0),
                 net_counters: Cell::new(NetCounters::default()),
             }),
             in_flight: Rc::new(Cell::new(0)),
@@ -1281,7 +1329,7 @@ impl ConnectionServer {
     /// Serves one accepted connection, or closes it at once when `connections_max` are open.
     pub fn serve(&self, stream: glommio::net::TcpStream) {
         let shared = &self.shared;
-        if shared.connections.borrow().len() >= shared.limits.connections_max {
+        if shared.connections.borrow().len() + shared.handshaking.get() >= shared.limits.connections_max {
             // Full: the new connection is closed (dropped), the others go on.
             shared.count(|counters| counters.refused_full += 1);
             return;
@@ -1296,11 +1344,34 @@ impl ConnectionServer {
 }
 
 async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net::TcpStream) {
-    use futures_lite::{AsyncReadExt, AsyncWriteExt};
     use std::os::fd::AsRawFd;
     let address = stream.peer_addr().ok();
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
+    let Some(tls) = shared.tls.clone() else {
+        return serve_frames(shared, client, address, fd, stream).await;
+    };
+    shared.handshaking.set(shared.handshaking.get() + 1);
+    let accepted = tls.accept(stream).await;
+    shared.handshaking.set(shared.handshaking.get() - 1);
+    match accepted {
+        Some(stream) => serve_frames(shared, client, address, fd, stream).await,
+        None => shared.count(|counters| counters.tls_refused += 1),
+    }
+}
+
+/// Reads a connection's frames into the shard's events and writes its queued frames, until either
+/// side ends it.
+async fn serve_frames<S>(
+    shared: Rc<Shared>,
+    client: u128,
+    address: Option<std::net::SocketAddr>,
+    fd: std::os::fd::RawFd,
+    stream: S,
+) where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
+{
+    use futures_lite::{AsyncReadExt, AsyncWriteExt};
     let (mut reader, mut writer) = futures_lite::io::split(stream);
     let (sender, receiver) = glommio::channels::local_channel::new_bounded::<Vec<u8>>(OUTBOUND_FRAMES_MAX);
     let queued_bytes = Rc::new(Cell::new(0usize));
@@ -1313,7 +1384,9 @@ async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net
     glommio::spawn_local(async move {
         while let Some(frame) = receiver.recv().await {
             let len = frame.len();
-            if writer.write_all(&frame).await.is_err() {
+            // A TLS stream may hold the frame's last record until flushed (a plain socket holds
+            // nothing: its flush does nothing).
+            if writer.write_all(&frame).await.is_err() || writer.flush().await.is_err() {
                 break;
             }
             queued_bytes.set(queued_bytes.get().saturating_sub(len));

@@ -99,6 +99,21 @@ pub struct TcpConfig {
     pub frame_size_max: u64,
     pub send_queue_bytes_max: u64,
     pub inbound_bytes_max: u64,
+    pub tls: TlsConfig,
+}
+
+/// TLS on a port (`[tcp.tls]`, `[http.tls]`, as the reference names them): the certificate chain
+/// and key files (PEM), or with `self_signed` and no `cert_file` on disk, a pair the node makes for
+/// localhost once and keeps in its data directory (`tls::SELF_SIGNED_DIRECTORY`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    pub enabled: bool,
+    pub self_signed: bool,
+    pub cert_file: String,
+    pub key_file: String,
+    /// A connection that has not finished its handshake by then is closed.
+    pub handshake_timeout_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -107,6 +122,7 @@ pub struct HttpConfig {
     pub enabled: bool,
     pub address: String,
     pub metrics_path: String,
+    pub tls: TlsConfig,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -524,6 +540,23 @@ fn validate(config: &ServerConfig) -> Result<(), ConfigError> {
             "tcp.inbound_bytes_max",
             format!("{} is below tcp.frame_size_max ({frame})", config.tcp.inbound_bytes_max),
         ));
+    }
+    for (section, tls) in [("tcp.tls", &config.tcp.tls), ("http.tls", &config.http.tls)] {
+        if !tls.enabled {
+            continue;
+        }
+        if !tls.self_signed && (tls.cert_file.is_empty() || tls.key_file.is_empty()) {
+            return Err(key(
+                &format!("{section}.cert_file"),
+                "TLS without self_signed needs cert_file and key_file (PEM files)".to_string(),
+            ));
+        }
+        if !(100..=600_000).contains(&tls.handshake_timeout_ms) {
+            return Err(key(
+                &format!("{section}.handshake_timeout_ms"),
+                format!("{} is outside 100..=600000", tls.handshake_timeout_ms),
+            ));
+        }
     }
     if config.http.enabled {
         address("http.address", &config.http.address)?;

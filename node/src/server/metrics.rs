@@ -61,6 +61,8 @@ pub struct ShardFigures {
     pub peers_linked: u64,
     pub replica_auth_refused: u64,
     pub replica_roster_refused: u64,
+    /// Shard 0: HTTPS connections closed for a failed or stalled TLS handshake.
+    pub http_tls_refused: u64,
     /// Replica failures (a write or sync of the group's files that failed).
     pub replica_failures: u64,
     pub commands: BTreeMap<&'static str, CommandFigures>,
@@ -257,7 +259,7 @@ pub fn render(shards: &[ShardFigures]) -> String {
         counter(&mut out, name, help, "counter", &per_shard(value));
     }
     let mut refusals = Vec::new();
-    let reasons: [(&str, Figure); 11] = [
+    let reasons: [(&str, Figure); 12] = [
         ("connections_full", &|f| f.net.refused_full + f.node.connections_refused),
         ("frame_size", &|f| f.net.frames_oversized),
         ("malformed_frame", &|f| f.node.frames_malformed),
@@ -269,6 +271,7 @@ pub fn render(shards: &[ShardFigures]) -> String {
         ("replica_frame_dropped", &|f| f.replica_frames_dropped + f.links.dropped_down + f.links.dropped_full),
         ("replica_link_auth", &|f| f.replica_auth_refused),
         ("replica_link_roster", &|f| f.replica_roster_refused),
+        ("tls_handshake", &|f| f.net.tls_refused + f.http_tls_refused),
     ];
     for (reason, value) in reasons {
         let total: u64 = shards.iter().map(value).sum();

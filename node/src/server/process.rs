@@ -7,7 +7,7 @@ use std::io::Read as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use clap::Parser;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use vireo_io::glommio::run_shards;
+use vireo_io::glommio::{run_shards, ClientTls};
 use vireo_protocol::config::Config;
 use vireo_protocol::wire;
 
@@ -26,6 +26,7 @@ use crate::server::metrics::ShardStats;
 use crate::server::replica_links::{ClusterHealth, LinkIdentity};
 use crate::server::root_credentials::RootPlan;
 use crate::server::shard_loop::{run_shard, ClusterPlane, ServerShared};
+use crate::server::tls;
 use crate::shard::ShardConfig;
 
 /// Partition groups one shard hosts at most.
@@ -268,6 +269,35 @@ fn lock_data_directory(path: &Path) -> Result<std::fs::File, String> {
     Ok(lock)
 }
 
+/// The TLS of the client port and of the HTTP port, as their sections ask, and the self-signed
+/// certificate either uses (if one does), for the banner.
+struct PortsTls {
+    tcp: Option<ClientTls>,
+    http: Option<ClientTls>,
+    self_signed: Option<PathBuf>,
+}
+
+fn client_tls(config: &ServerConfig, data: &Path) -> Result<PortsTls, String> {
+    let mut self_signed = None;
+    let mut port = |section: &str, tls: &crate::server::config::TlsConfig, served: bool| {
+        if !tls.enabled || !served {
+            return Ok(None);
+        }
+        let (cert, _) = tls::credential_files(section, tls, data)?;
+        if cert.starts_with(data) {
+            self_signed = Some(cert);
+        }
+        let server = tls::server_config(section, tls, data)?;
+        Ok::<_, String>(Some(ClientTls {
+            acceptor: futures_rustls::TlsAcceptor::from(server),
+            handshake_timeout: Duration::from_millis(tls.handshake_timeout_ms),
+        }))
+    };
+    let tcp = port("tcp.tls", &config.tcp.tls, true)?;
+    let http = port("http.tls", &config.http.tls, config.http.enabled)?;
+    Ok(PortsTls { tcp, http, self_signed })
+}
+
 /// Lets the process hold every connection its bounds allow: the soft limit on open files goes
 /// up to the hard one.
 fn raise_open_files_limit() -> u64 {
@@ -427,6 +457,7 @@ fn run(args: Args) -> Result<(), String> {
         None
     };
     let cluster = cluster_plane(&config, empty_data_directory)?;
+    let PortsTls { tcp: tcp_tls, http: http_tls, self_signed } = client_tls(&config, &data)?;
     let open_files = raise_open_files_limit();
     let current = data.join("runtime").join("current_config.toml");
     std::fs::write(&current, config.to_toml_without_secrets())
@@ -439,9 +470,13 @@ fn run(args: Args) -> Result<(), String> {
         format!(" (set by the environment: {})", loaded.overridden.join(", "))
     };
     println!("vireo-server {}", env!("CARGO_PKG_VERSION"));
-    println!("listening on {tcp_address} (tcp)");
+    println!("listening on {tcp_address} ({})", if tcp_tls.is_some() { "tcp, tls" } else { "tcp" });
     if config.http.enabled {
-        println!("metrics on http://{}{}", config.http.address, config.http.metrics_path);
+        let scheme = if http_tls.is_some() { "https" } else { "http" };
+        println!("metrics on {scheme}://{}{}", config.http.address, config.http.metrics_path);
+    }
+    if let Some(cert) = &self_signed {
+        println!("tls certificate {} (self-signed, for localhost: give it to clients as their CA)", cert.display());
     }
     println!("data directory {}", data.display());
     println!("{shards} shard(s), pinned to cores {cpus:?}");
@@ -481,6 +516,9 @@ fn run(args: Args) -> Result<(), String> {
         empty_data_directory,
         shards_recovered: (0..shards).map(|_| AtomicBool::new(false)).collect(),
         started,
+        tcp_tls,
+        http_tls,
+        http_tls_refused: AtomicU64::new(0),
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;
     let results = run_shards(&cpus, capacity, move |context| {

@@ -18,13 +18,13 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
-use vireo_io::glommio::{DriverConfig, DriverEvent, GlommioIo, NetEvent, NetLimits, ShardContext};
+use vireo_io::glommio::{ClientTls, DriverConfig, DriverEvent, GlommioIo, NetEvent, NetLimits, ShardContext};
 use vireo_io::{Io, Peer, TICK_NS};
 use vireo_protocol::replica::ReplicaEvent;
 
@@ -79,6 +79,11 @@ pub struct ServerShared {
     pub shards_recovered: Vec<AtomicBool>,
     /// When the process started, for the time recovery took.
     pub started: std::time::Instant,
+    /// TLS on the client port (`tcp.tls`) and on the HTTP port (`http.tls`), when enabled.
+    pub tcp_tls: Option<ClientTls>,
+    pub http_tls: Option<ClientTls>,
+    /// HTTPS connections closed for their handshake (shard 0 serves HTTP).
+    pub http_tls_refused: AtomicU64,
 }
 
 /// Ticks shard 0 waits for every shard to recover before it takes clients all the same (a
@@ -239,6 +244,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         send_queue_bytes_max: config.tcp.send_queue_bytes_max as usize,
         inbound_bytes_max: config.tcp.inbound_bytes_max as usize,
     };
+    driver.tls = shared.tcp_tls.clone();
     let mut io = GlommioIo::new(&driver).map_err(|error| format!("shard {shard}: {error}"))?;
     let inbox = Rc::new(Inbox {
         queue: RefCell::new(VecDeque::new()),
@@ -706,6 +712,9 @@ impl ShardState {
             self.figures.replica_auth_refused = plane.health.auth_refused.load(Ordering::Relaxed);
             self.figures.replica_roster_refused = plane.health.roster_refused.load(Ordering::Relaxed);
         }
+        if self.shard == 0 {
+            self.figures.http_tls_refused = shared.http_tls_refused.load(Ordering::Relaxed);
+        }
         let figures = &mut self.figures;
         figures.net = self.io.net_counters();
         figures.node = self.node.counters;
@@ -843,7 +852,15 @@ fn serve_metrics(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
             glommio::spawn_local(async move {
                 let _permit = permit;
                 let answer = glommio::timer::timeout(Duration::from_secs(5), async {
-                    answer_http(stream, &shared).await;
+                    match &shared.http_tls {
+                        None => answer_http(stream, &shared).await,
+                        Some(tls) => match tls.accept(stream).await {
+                            Some(stream) => answer_http(stream, &shared).await,
+                            None => {
+                                shared.http_tls_refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        },
+                    }
                     Ok(())
                 });
                 let _ = answer.await;
@@ -854,7 +871,10 @@ fn serve_metrics(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
     .detach();
 }
 
-async fn answer_http(mut stream: glommio::net::TcpStream, shared: &ServerShared) {
+async fn answer_http<S>(mut stream: S, shared: &ServerShared)
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
     use futures_lite::{AsyncReadExt, AsyncWriteExt};
     let mut head = Vec::new();
     let mut chunk = [0u8; 1024];

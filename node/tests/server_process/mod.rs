@@ -83,7 +83,9 @@ impl Server {
                     if let Some(rest) = line.strip_prefix("listening on ") {
                         address = rest.split(' ').next().and_then(|text| text.parse().ok());
                     }
-                    if let Some(rest) = line.strip_prefix("metrics on http://") {
+                    if let Some(rest) =
+                        line.strip_prefix("metrics on http://").or_else(|| line.strip_prefix("metrics on https://"))
+                    {
                         metrics = rest.split('/').next().and_then(|text| text.parse().ok());
                     }
                     banner_done = line.starts_with("data directory ");
