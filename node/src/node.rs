@@ -34,6 +34,56 @@
 //! requests in flight per connection and sessions per connection (`connection`), events
 //! buffered for the driver (`EVENTS_MAX`); a full channel to another shard drops the message
 //! and the sender's resend (or VSR's timeouts) tries again.
+//!
+//! # The path of a request, in detail
+//!
+//! A node of S shards is S `Node`s, one per core, joined by bounded channels
+//! (`NodeIo::send_to_shard`, which may refuse). What a shard does with a client's frame:
+//!
+//! 1. **Admission**, on the shard that holds the connection, against the committed metadata that
+//!    shard reads (shard 0 publishes each newly committed metadata to the others).
+//!    - Before a login only ping is answered; anything else gets status 40.
+//!    - A login (a Register carrying a password or a personal access token, told apart by the body)
+//!      is verified here, and the password goes no further: the metadata group gets a proof of
+//!      which credential was checked and checks it again as it applies. So a password changed, or a
+//!      token deleted or expired, meanwhile never opens a session, however far behind the admitting
+//!      node was.
+//!    - Sends, polls and consumer offsets are resolved (stream and topic by id or name, the
+//!      partition chosen, the consumer named) and checked against the user's permissions (41).
+//!    - create_user and change_password are hashed here, and create_personal_access_token draws its
+//!      token here, so no secret reaches a log.
+//!    - A body that does not match its stamped checksum is refused (4).
+//!    - Every refusal is a reply with the reference's code and no body.
+//! 2. **Sessions**: the client's own session is the metadata group's. In every partition group it
+//!    uses, the node registers the client on its behalf and numbers the group's requests itself,
+//!    because an SDK does not number partition requests; so a request the node re-sends until it is
+//!    answered is applied once.
+//! 3. **Routing** to the shard that owns the group, stamped with its origin (node and shard); a
+//!    backup forwards it to its primary's node. The reply comes back to the origin and becomes the
+//!    body of the command the client sent (a poll's batches cut to exactly the messages chosen).
+//! 4. **Reads** that need no consensus are answered from committed metadata: get_stream(s),
+//!    get_topic(s), get_consumer_group(s), get_me, get_client(s), get_user(s),
+//!    get_personal_access_tokens, get_stats, get_cluster_metadata, describe_options,
+//!    sync_consumer_group. The figures get_stream and get_topic report (sizes, message counts,
+//!    segments, current offsets) come from the partition groups, which every shard sends to the
+//!    node's others every 10 ticks (`partition_figures`): they are at most 100 ms old.
+//! 5. **Purges** commit in the metadata group (permission, existence), then empty every partition
+//!    they name, eight at a time, before the client is answered. A closed connection or a logout
+//!    takes its client out of every consumer group.
+//! 6. **Pipelining**: a connection may have up to 16 requests in flight, but one at a time in each
+//!    group (VSR's one request per client session); the others wait in the order they came. So a
+//!    request lost on the way is never overtaken, made stale and left unanswered, and a
+//!    connection's sends to one partition are applied in the order it sent them. Replies to
+//!    requests that went to different groups come back in the order those groups answer; each reply
+//!    carries the request_checksum and request number its request carried, which is how a
+//!    pipelining client tells them apart (an Iggy SDK waits for each reply and needs neither).
+//!
+//! Besides the bounds above, the sessions being ended are bounded too.
+//!
+//! Every command code of `PROTOCOL.md` is answered (`sim/tests/front_door.rs`). delete_segments
+//! goes to the partition's group, which drops its oldest sealed segments, never the newest (the
+//! user must be allowed to manage the topic, as for update_topic). flush_unsaved_buffer answers
+//! FeatureUnavailable and get_snapshot_file InvalidCommand, as the reference does.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

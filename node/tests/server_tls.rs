@@ -38,7 +38,9 @@ fn https_get(address: SocketAddr, ca: &Path, path: &str) -> String {
     let socket = TcpStream::connect(address).expect("the HTTPS port");
     socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut stream = rustls::StreamOwned::new(connection, socket);
-    stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: vireo\r\n\r\n").as_bytes()).expect("the handshake");
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: vireo\r\nconnection: close\r\n\r\n").as_bytes())
+        .expect("the handshake");
     let mut text = String::new();
     let _ = stream.read_to_string(&mut text);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");

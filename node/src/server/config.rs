@@ -122,6 +122,8 @@ pub struct HttpConfig {
     pub enabled: bool,
     pub address: String,
     pub metrics_path: String,
+    /// Bytes of one request's body at most (413 past it).
+    pub max_request_size: u64,
     pub tls: TlsConfig,
 }
 
@@ -560,6 +562,10 @@ fn validate(config: &ServerConfig) -> Result<(), ConfigError> {
     }
     if config.http.enabled {
         address("http.address", &config.http.address)?;
+        let body = config.http.max_request_size;
+        if !(1 << 10..=64 << 20).contains(&body) {
+            return Err(key("http.max_request_size", format!("{body} is outside 1024..=67108864 (64 MiB)")));
+        }
         if !config.http.metrics_path.starts_with('/') {
             return Err(key("http.metrics_path", format!("`{}` must start with /", config.http.metrics_path)));
         }

@@ -9,9 +9,9 @@
 //! with another count routes it on, as any node routes a frame to the shard owning its group).
 //!
 //! Handshake (all integers little-endian), before any frame:
-//! 1. listener -> dialer, `CHALLENGE_SIZE` bytes: magic `VIREO-C1`, cluster u128, nonce [24].
+//! 1. listener -> dialer, `CHALLENGE_SIZE` bytes: magic `VIREO-C1`, cluster u128, nonce `[24]`.
 //! 2. dialer -> listener, `HELLO_SIZE` bytes: magic `VIREO-H1`, cluster u128, replica u8,
-//!    replica_count u8, shard u16, 4 zero bytes, roster hash u64, nonce [24], then
+//!    replica_count u8, shard u16, 4 zero bytes, roster hash u64, nonce `[24]`, then
 //!    `blake3::keyed_hash(key, "hello" | challenge nonce | the 64 bytes before)`.
 //! 3. listener -> dialer, `VERDICT_SIZE` bytes: magic `VIREO-V1`, verdict u8, 7 zero bytes,
 //!    roster hash u64, the head (op) of the listener's metadata log u64 (`HISTORY_UNKNOWN` while

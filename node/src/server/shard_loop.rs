@@ -102,9 +102,6 @@ const INPUTS_PER_TURN: usize = 256;
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Ticks between two "waiting for a quorum" lines while a cluster node has too few peers.
 const QUORUM_LOG_TICKS: u64 = 500;
-/// HTTP requests `/metrics` serves at once, and the bytes of one request head.
-const HTTP_CONNECTIONS_MAX: u64 = 64;
-const HTTP_HEAD_BYTES_MAX: usize = 8192;
 
 /// A request waiting for its reply: its number, when it arrived, which command it is.
 struct Timed {
@@ -353,7 +350,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     });
     if shard == 0 {
         if let Some(listener) = shared.http_listener.lock().expect("no panic holding it").take() {
-            serve_metrics(listener, shared.clone());
+            crate::server::http::serve(listener, shared.clone());
         }
     }
     let mut accepting = false;
@@ -834,80 +831,4 @@ fn accept_connections(
         }
     })
     .detach();
-}
-
-/// `/metrics` on the HTTP listener: `GET` of the configured path answers Prometheus text.
-fn serve_metrics(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
-    // SAFETY: a bound, listening TCP socket whose ownership passes here.
-    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
-    let slots = Rc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
-    glommio::spawn_local(async move {
-        loop {
-            let Ok(stream) = listener.accept().await else {
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-                continue;
-            };
-            let Ok(permit) = slots.try_acquire_static_permit(1) else { continue };
-            let shared = shared.clone();
-            glommio::spawn_local(async move {
-                let _permit = permit;
-                let answer = glommio::timer::timeout(Duration::from_secs(5), async {
-                    match &shared.http_tls {
-                        None => answer_http(stream, &shared).await,
-                        Some(tls) => match tls.accept(stream).await {
-                            Some(stream) => answer_http(stream, &shared).await,
-                            None => {
-                                shared.http_tls_refused.fetch_add(1, Ordering::Relaxed);
-                            }
-                        },
-                    }
-                    Ok(())
-                });
-                let _ = answer.await;
-            })
-            .detach();
-        }
-    })
-    .detach();
-}
-
-async fn answer_http<S>(mut stream: S, shared: &ServerShared)
-where
-    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
-{
-    use futures_lite::{AsyncReadExt, AsyncWriteExt};
-    let mut head = Vec::new();
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|window| window == b"\r\n\r\n") {
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(read) => head.extend_from_slice(&chunk[..read]),
-        }
-        if head.len() > HTTP_HEAD_BYTES_MAX {
-            let _ = stream
-                .write_all(
-                    b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
-                )
-                .await;
-            return;
-        }
-    }
-    let line = String::from_utf8_lossy(head.split(|&byte| byte == b'\r').next().unwrap_or_default()).to_string();
-    let mut parts = line.split(' ');
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = path.split('?').next().unwrap_or("");
-    let (status, body) = if path != shared.config.http.metrics_path {
-        ("404 Not Found", "not found\n".to_string())
-    } else if method != "GET" {
-        ("405 Method Not Allowed", "GET only\n".to_string())
-    } else {
-        let figures: Vec<ShardFigures> = shared.stats.iter().map(|stats| stats.read()).collect();
-        ("200 OK", crate::server::metrics::render(&figures))
-    };
-    let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = stream.write_all(response.as_bytes()).await;
-    let _ = stream.close().await;
 }

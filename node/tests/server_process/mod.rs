@@ -167,7 +167,7 @@ impl Server {
         let address = self.metrics.expect("metrics enabled");
         let mut stream = std::net::TcpStream::connect(address).expect("metrics port");
         stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: vireo\r\n\r\n").unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: vireo\r\nconnection: close\r\n\r\n").unwrap();
         let mut text = String::new();
         let _ = stream.read_to_string(&mut text);
         text.split_once("\r\n\r\n").map(|(_, body)| body.to_string()).unwrap_or_default()
