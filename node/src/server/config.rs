@@ -28,7 +28,7 @@ const ENV_NOT_KEYS: [&str; 3] = [ENV_CONFIG_PATH, ENV_ROOT_USERNAME, ENV_ROOT_PA
 
 /// Keys whose values are secrets: left out when the effective configuration is written, masked in
 /// errors.
-const SECRET_KEYS: [&str; 1] = ["cluster.auth.secret"];
+const SECRET_KEYS: [&str; 2] = ["cluster.auth.secret", "http.jwt.secret"];
 
 /// The replica links' secret has at least this many bytes when set.
 pub const CLUSTER_SECRET_BYTES_MIN: usize = 32;
@@ -124,7 +124,19 @@ pub struct HttpConfig {
     pub metrics_path: String,
     /// Bytes of one request's body at most (413 past it).
     pub max_request_size: u64,
+    pub jwt: JwtConfig,
     pub tls: TlsConfig,
+}
+
+/// The HTTP API's tokens (`[http.jwt]`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// How long a token is valid, in seconds.
+    pub access_token_expiry_secs: u64,
+    /// The HS256 key (at least 32 bytes); empty: one the node makes once and keeps in its data
+    /// directory (`http/jwt.key`).
+    pub secret: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -562,6 +574,13 @@ fn validate(config: &ServerConfig) -> Result<(), ConfigError> {
     }
     if config.http.enabled {
         address("http.address", &config.http.address)?;
+        let expiry = config.http.jwt.access_token_expiry_secs;
+        if !(1..=366 * 24 * 3600).contains(&expiry) {
+            return Err(key("http.jwt.access_token_expiry_secs", format!("{expiry} is outside 1..=31622400 (a year)")));
+        }
+        if !config.http.jwt.secret.is_empty() && config.http.jwt.secret.len() < 32 {
+            return Err(key("http.jwt.secret", "must be at least 32 bytes (or empty: the node makes one)".to_string()));
+        }
         let body = config.http.max_request_size;
         if !(1 << 10..=64 << 20).contains(&body) {
             return Err(key("http.max_request_size", format!("{body} is outside 1024..=67108864 (64 MiB)")));

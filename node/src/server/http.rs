@@ -1,6 +1,7 @@
 //! The HTTP port (`[http]`), on shard 0: hyper's HTTP/1.1 server over glommio streams, in the
-//! clear or over TLS (`http.tls`). It serves `GET /ping` and the Prometheus text at
-//! `http.metrics_path`; every other path is answered 404 with the reference's JSON error body.
+//! clear or over TLS (`http.tls`). It serves `GET /ping`, the Prometheus text at
+//! `http.metrics_path` and the HTTP API's routes (`http_api`); any other path is answered 404
+//! with the reference's JSON error body.
 //!
 //! Bounds, each with its answer: `HTTP_CONNECTIONS_MAX` connections at once (one more is answered
 //! 503 and closed); a request head of at most `HEAD_BYTES_MAX` (hyper answers 431 past it) that
@@ -27,6 +28,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::server::http_api::{ApiRequest, HttpApi};
 use crate::server::metrics::ShardFigures;
 use crate::server::shard_loop::ServerShared;
 
@@ -40,7 +42,7 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves the HTTP port on this shard (shard 0) until the process ends.
-pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
+pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>, api: Rc<HttpApi>) {
     use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: a bound, listening TCP socket whose ownership passes here.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
@@ -52,6 +54,7 @@ pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
                 continue;
             };
             let shared = shared.clone();
+            let api = api.clone();
             let Ok(permit) = slots.try_acquire_static_permit(1) else {
                 glommio::spawn_local(async move { refuse_full(stream).await }).detach();
                 continue;
@@ -59,9 +62,9 @@ pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>) {
             glommio::spawn_local(async move {
                 let _permit = permit;
                 match &shared.http_tls {
-                    None => serve_connection(stream, &shared).await,
+                    None => serve_connection(stream, &shared, &api).await,
                     Some(tls) => match tls.accept(stream).await {
-                        Some(stream) => serve_connection(stream, &shared).await,
+                        Some(stream) => serve_connection(stream, &shared, &api).await,
                         None => {
                             shared.http_tls_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
@@ -91,14 +94,15 @@ async fn refuse_full(mut stream: glommio::net::TcpStream) {
     futures_lite::future::or(write, deadline).await;
 }
 
-async fn serve_connection<S>(stream: S, shared: &Arc<ServerShared>)
+async fn serve_connection<S>(stream: S, shared: &Arc<ServerShared>, api: &Rc<HttpApi>)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let service = hyper::service::service_fn(|request| {
         let shared = shared.clone();
+        let api = api.clone();
         async move {
-            let answer = async { Some(respond(request, &shared).await) };
+            let answer = async { Some(respond(request, &shared, &api).await) };
             let deadline = async {
                 glommio::timer::sleep(REQUEST_TIMEOUT).await;
                 None
@@ -120,7 +124,7 @@ where
 }
 
 /// The answer to one request.
-async fn respond(request: Request<Incoming>, shared: &ServerShared) -> Response<Full<Bytes>> {
+async fn respond(request: Request<Incoming>, shared: &ServerShared, api: &HttpApi) -> Response<Full<Bytes>> {
     let limit = shared.config.http.max_request_size as usize;
     let (parts, body) = request.into_parts();
     let too_large = || {
@@ -139,7 +143,6 @@ async fn respond(request: Request<Incoming>, shared: &ServerShared) -> Response<
         Err(error) if error.is::<http_body_util::LengthLimitError>() => return too_large(),
         Err(_) => return json_error(StatusCode::BAD_REQUEST, "the request body could not be read"),
     };
-    let _ = body;
     let path = parts.uri.path();
     match (&parts.method, path) {
         (&Method::GET, "/ping") => text(StatusCode::OK, "text/plain", "pong".to_string()),
@@ -151,7 +154,18 @@ async fn respond(request: Request<Incoming>, shared: &ServerShared) -> Response<
         (_, metrics) if metrics == shared.config.http.metrics_path => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "GET only")
         }
-        _ => json_error(StatusCode::NOT_FOUND, "not found"),
+        _ => {
+            let bearer = parts
+                .headers
+                .get(hyper::header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.strip_prefix("Bearer "));
+            let request = ApiRequest::new(&parts.method, &parts.uri, bearer, &body);
+            match api.handle(&request).await {
+                Some(response) => response,
+                None => json_error(StatusCode::NOT_FOUND, "not found"),
+            }
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! glommio, threads, sockets and real files; everything they feed is the simulator-proven node.
 
 pub mod config;
+pub mod gateway;
 pub mod http;
+pub mod http_api;
 pub mod metrics;
 pub mod process;
 pub mod replica_links;

@@ -269,6 +269,41 @@ fn lock_data_directory(path: &Path) -> Result<std::fs::File, String> {
     Ok(lock)
 }
 
+/// Where a node keeps the HTTP API's signing key it made, under its data directory.
+const JWT_KEY_FILE: &str = "http/jwt.key";
+
+/// The HTTP API's signing key: `http.jwt.secret`, or the one this node made on its first start
+/// (32 random bytes, hex, readable by its owner only), made now if there is none yet.
+fn jwt_secret(config: &ServerConfig, data: &Path) -> Result<Vec<u8>, String> {
+    if !config.http.jwt.secret.is_empty() {
+        return Ok(config.http.jwt.secret.as_bytes().to_vec());
+    }
+    let path = data.join(JWT_KEY_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(key) if key.trim().len() >= 64 => return Ok(key.trim().as_bytes().to_vec()),
+        Ok(_) => return Err(format!("{}: not a key (64 hex digits); delete it to make a new one", path.display())),
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("cannot read {}: {error}", path.display()))
+        }
+        Err(_) => {}
+    }
+    let key: String = random_bytes::<32>()?.iter().map(|byte| format!("{byte:02x}")).collect();
+    let directory = path.parent().expect("a file in a directory");
+    std::fs::create_dir_all(directory).map_err(|error| format!("cannot create {}: {error}", directory.display()))?;
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let temporary = path.with_extension("tmp");
+        let mut file =
+            std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&temporary)?;
+        file.write_all(key.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, &path)
+    };
+    write().map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    Ok(key.into_bytes())
+}
+
 /// The TLS of the client port and of the HTTP port, as their sections ask, and the self-signed
 /// certificate either uses (if one does), for the banner.
 struct PortsTls {
@@ -458,6 +493,7 @@ fn run(args: Args) -> Result<(), String> {
     };
     let cluster = cluster_plane(&config, empty_data_directory)?;
     let PortsTls { tcp: tcp_tls, http: http_tls, self_signed } = client_tls(&config, &data)?;
+    let jwt_secret = if config.http.enabled { jwt_secret(&config, &data)? } else { Vec::new() };
     let open_files = raise_open_files_limit();
     let current = data.join("runtime").join("current_config.toml");
     std::fs::write(&current, config.to_toml_without_secrets())
@@ -519,6 +555,7 @@ fn run(args: Args) -> Result<(), String> {
         tcp_tls,
         http_tls,
         http_tls_refused: AtomicU64::new(0),
+        jwt_secret,
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;
     let results = run_shards(&cpus, capacity, move |context| {

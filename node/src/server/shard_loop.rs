@@ -31,6 +31,8 @@ use vireo_protocol::replica::ReplicaEvent;
 use crate::node::{Node, NodeConfig, NodeEvent};
 use crate::node_io::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
 use crate::server::config::ServerConfig;
+use crate::server::gateway::{Gateway, GatewayInput};
+use crate::server::http_api::HttpApi;
 use crate::server::metrics::{command_name, AllStats, ShardFigures};
 use crate::server::replica_links::{accept_links, ClusterHealth, LinkIdentity, ReplicaLinks};
 use crate::server::root_credentials::{RootPlan, RootSetup, INTERNAL_CONNECTION};
@@ -84,6 +86,8 @@ pub struct ServerShared {
     pub http_tls: Option<ClientTls>,
     /// HTTPS connections closed for their handshake (shard 0 serves HTTP).
     pub http_tls_refused: AtomicU64,
+    /// The HTTP API's signing key (`http.jwt`).
+    pub jwt_secret: Vec<u8>,
 }
 
 /// Ticks shard 0 waits for every shard to recover before it takes clients all the same (a
@@ -136,6 +140,8 @@ struct ServerIo<'a> {
     replicas: &'a ReplicaLinks,
     /// Replies to the shard's own internal connection (the root credentials setup).
     internal: &'a mut Vec<Vec<u8>>,
+    /// The HTTP API's connections (shard 0).
+    gateway: Option<&'a Gateway>,
 }
 
 impl Io for ServerIo<'_> {
@@ -162,6 +168,12 @@ impl NodeIo for ServerIo<'_> {
             self.internal.push(frame);
             return;
         }
+        if Gateway::owns(connection) {
+            if let Some(gateway) = self.gateway {
+                gateway.on_reply(connection, frame);
+            }
+            return;
+        }
         let Some((client, timed)) = self.links.by_connection.get_mut(&connection) else { return };
         let client = *client;
         if frame.len() >= 256 && frame[60] == 8 {
@@ -181,6 +193,12 @@ impl NodeIo for ServerIo<'_> {
     }
 
     fn close_connection(&mut self, connection: ConnectionId) {
+        if Gateway::owns(connection) {
+            if let Some(gateway) = self.gateway {
+                gateway.dropped(connection);
+            }
+            return;
+        }
         if let Some((client, _)) = self.links.by_connection.get(&connection) {
             self.io.close_client(*client);
         }
@@ -196,6 +214,7 @@ macro_rules! with_node {
             figures: &mut $state.figures,
             replicas: &$state.replicas,
             internal: &mut $state.internal,
+            gateway: $state.gateway.as_deref(),
         };
         let $node = &mut $state.node;
         $action
@@ -222,6 +241,8 @@ struct ShardState {
     figures: ShardFigures,
     replicas: Rc<ReplicaLinks>,
     internal: Vec<Vec<u8>>,
+    /// Shard 0: the HTTP API's way into its node.
+    gateway: Option<Rc<Gateway>>,
     node: Node,
     /// Frames not admitted because the server is shutting down.
     refused_shutting_down: u64,
@@ -326,9 +347,11 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             figures: &mut figures,
             replicas: &replicas,
             internal: &mut internal,
+            gateway: None,
         };
         Node::open(node_config, &mut sio)
     };
+    let gateway = (shard == 0).then(|| Rc::new(Gateway::default()));
     let mut state = ShardState {
         shard: shard as u16,
         io,
@@ -337,6 +360,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         figures,
         replicas,
         internal,
+        gateway: gateway.clone(),
         node,
         refused_shutting_down: 0,
         fatal: None,
@@ -350,7 +374,13 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
     });
     if shard == 0 {
         if let Some(listener) = shared.http_listener.lock().expect("no panic holding it").take() {
-            crate::server::http::serve(listener, shared.clone());
+            let api = HttpApi::new(
+                gateway.clone().expect("shard 0 has one"),
+                shared.jwt_secret.clone(),
+                config.http.jwt.access_token_expiry_secs,
+                shared.seed ^ 0x4854_5450,
+            );
+            crate::server::http::serve(listener, shared.clone(), Rc::new(api));
         }
     }
     let mut accepting = false;
@@ -362,6 +392,8 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         while handled < INPUTS_PER_TURN {
             if let Some(event) = state.io.try_event() {
                 state.on_driver_event(event, &phase);
+            } else if let Some(input) = state.gateway.as_ref().and_then(|gateway| gateway.try_input()) {
+                state.on_gateway_input(input, &phase);
             } else if let Some(frame) = state.replicas.try_inbound() {
                 with_node!(state, |node, sio| node.on_replica_frame(&mut sio, frame));
                 state.drain_node_events();
@@ -505,11 +537,21 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         let wait = Duration::from_nanos(next_tick - now);
         let io = &state.io;
         let replicas = state.replicas.clone();
+        let gateway = state.gateway.clone();
+        let gateway_input = async move {
+            match gateway {
+                Some(gateway) => gateway.wait().await,
+                None => std::future::pending().await,
+            }
+        };
         futures_lite::future::or(
             io.wait_event(),
             futures_lite::future::or(
                 replicas.wait_inbound(),
-                futures_lite::future::or(inbox.wait(), glommio::timer::sleep(wait)),
+                futures_lite::future::or(
+                    inbox.wait(),
+                    futures_lite::future::or(gateway_input, glommio::timer::sleep(wait)),
+                ),
             ),
         )
         .await;
@@ -535,6 +577,27 @@ impl Inbox {
 }
 
 impl ShardState {
+    /// What the HTTP API asks of the node: its connections opened, fed and closed as the
+    /// driver's are.
+    fn on_gateway_input(&mut self, input: GatewayInput, phase: &Phase) {
+        match input {
+            GatewayInput::Opened(connection) => {
+                with_node!(self, |node, sio| node.on_connection_opened(&mut sio, connection));
+            }
+            GatewayInput::Frame(connection, frame) => {
+                if !matches!(phase, Phase::Running) {
+                    self.refused_shutting_down += 1;
+                    return;
+                }
+                with_node!(self, |node, sio| node.on_client_frame(&mut sio, connection, &frame));
+            }
+            GatewayInput::Closed(connection) => {
+                with_node!(self, |node, sio| node.on_connection_closed(&mut sio, connection));
+            }
+        }
+        self.drain_node_events();
+    }
+
     fn on_driver_event(&mut self, event: DriverEvent, phase: &Phase) {
         match event {
             DriverEvent::Completion(completion) => {
