@@ -1,8 +1,9 @@
 //! The published Iggy SDK's HTTP transport (`iggy = 0.11.0-edge.4`, its `HttpClient`, unchanged)
 //! against a vireo-server this test starts: login with a JWT, streams, topics, partitions,
 //! messages sent and polled as JSON with base64 payloads, consumer offsets, cluster metadata,
-//! the reference's codes for what is missing or forbidden, and logout. What the HTTP API does
-//! not route yet (users, tokens, consumer groups, segments, stats, clients) is not asked.
+//! consumer groups, segments, users and permissions, personal access tokens, stats and clients,
+//! the reference's codes for what is missing or forbidden, and logout. Joining and leaving a
+//! consumer group is not asked: the reference does not route them over HTTP either.
 
 mod server_process;
 
@@ -104,6 +105,54 @@ async fn conversation(server: &Server) {
     assert_eq!((offset.stored_offset, offset.current_offset), (3, 4));
     client.delete_consumer_offset(&consumer, &orders, &events, Some(1)).await.unwrap();
     assert!(client.get_consumer_offset(&consumer, &orders, &events, Some(1)).await.unwrap().is_none());
+
+    // Consumer groups (HTTP creates, lists, reads and deletes them; joining is TCP's).
+    let group = client.create_consumer_group(&orders, &events, "billing").await.unwrap();
+    assert_eq!(group.name, "billing");
+    assert_eq!(client.get_consumer_groups(&orders, &events).await.unwrap().len(), 1);
+    assert_eq!(client.get_consumer_group(&orders, &events, &id("billing")).await.unwrap().unwrap().id, group.id);
+    client.delete_consumer_group(&orders, &events, &id("billing")).await.unwrap();
+    assert!(client.get_consumer_group(&orders, &events, &id("billing")).await.unwrap().is_none());
+
+    // Segments: a partition's oldest sealed segments go (here none is sealed: nothing changes).
+    client.delete_segments(&orders, &events, 1, 1).await.unwrap();
+
+    // Users and permissions.
+    client.create_user("reader", "reader-secret", UserStatus::Active, None).await.unwrap();
+    let reader = client.get_user(&id("reader")).await.unwrap().unwrap();
+    assert_eq!((reader.username.as_str(), reader.status), ("reader", UserStatus::Active));
+    assert!(reader.permissions.is_none(), "none given, none answered");
+    let permissions =
+        Permissions { global: GlobalPermissions { read_streams: true, ..Default::default() }, streams: None };
+    client.update_permissions(&id("reader"), Some(permissions.clone())).await.unwrap();
+    assert_eq!(client.get_user(&id("reader")).await.unwrap().unwrap().permissions, Some(permissions));
+    client.change_password(&id("reader"), "reader-secret", "reader-secret-2").await.unwrap();
+    client.update_user(&id("reader"), Some("auditor"), None, &UserUpdateOptions::default()).await.unwrap();
+    assert!(client.get_users().await.unwrap().iter().any(|user| user.username == "auditor"));
+    let auditor = http_client(server).await;
+    auditor.login_user("auditor", "reader-secret-2").await.expect("the new password logs in");
+    assert_eq!(auditor.get_streams().await.unwrap().len(), 1, "read_streams lets it list");
+    assert!(matches!(auditor.create_stream("forbidden").await, Err(IggyError::Unauthorized)), "no manage_streams: 403");
+    auditor.logout_user().await.unwrap();
+    client.delete_user(&id("auditor")).await.unwrap();
+    assert!(client.get_user(&id("auditor")).await.unwrap().is_none());
+
+    // Personal access tokens: made, listed, logged in with, deleted.
+    let token = client.create_personal_access_token("ci", PersonalAccessTokenExpiry::NeverExpire).await.unwrap();
+    assert_eq!(client.get_personal_access_tokens().await.unwrap().len(), 1);
+    let by_token = http_client(server).await;
+    assert_eq!(by_token.login_with_personal_access_token(&token.token).await.unwrap().user_id, 0);
+    assert_eq!(by_token.get_streams().await.unwrap().len(), 1);
+    client.delete_personal_access_token("ci").await.unwrap();
+    assert!(http_client(server).await.login_with_personal_access_token(&token.token).await.is_err());
+
+    // The system: stats and clients.
+    let stats = client.get_stats().await.unwrap();
+    assert_eq!((stats.streams_count, stats.topics_count), (1, 1));
+    let clients = client.get_clients().await.unwrap();
+    assert!(!clients.is_empty());
+    let first = client.get_client(clients[0].client_id).await.unwrap().unwrap();
+    assert_eq!(first.client_id, clients[0].client_id);
 
     // The reference's codes: missing is None or an error, never a panic; purge and delete.
     let missing = id("missing");

@@ -12,10 +12,14 @@
 //! `SESSIONS_MAX` sessions are held: a login past it evicts the least recently used one. One
 //! request runs at a time in a session, in the order they came (as an SDK's TCP connection).
 //!
-//! Built: logins, refresh and logout; streams, topics and partitions (list, get, create, update,
-//! delete, purge); messages (send, poll); consumer offsets; cluster metadata. The other routes of
-//! the reference (users, personal access tokens, consumer groups, segments, stats, clients,
-//! options) answer 404 until they are built.
+//! Routes: logins, refresh and logout; streams, topics and partitions (list, get, create, update,
+//! delete, purge); messages (send, poll); consumer offsets; cluster metadata (here); users,
+//! personal access tokens, consumer groups, segments, stats, clients and options (`admin`). Not
+//! routed, as in the reference: joining or leaving a consumer group, get_me (`GET /users/me` is
+//! the caller's user), flush_unsaved_buffer; and `POST /snapshot` (the node answers
+//! get_snapshot_file InvalidCommand over TCP too).
+
+mod admin;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -544,7 +548,8 @@ impl HttpApi {
                 | ["users", "refresh-token"]
                 | ["users", "logout"],
             ) => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, 405, "method_not_allowed", "method not allowed")),
-            (_, ["streams", ..]) | (_, ["cluster", "metadata"]) => match self.session(request) {
+            (_, ["streams" | "users" | "personal-access-tokens" | "stats" | "clients" | "options", ..])
+            | (_, ["cluster", "metadata"]) => match self.session(request) {
                 Ok(session) => self.with_session(&session, request, &segments).await?,
                 Err(error) => Err(error),
             },
@@ -563,6 +568,35 @@ impl HttpApi {
         let method = request.method;
         Some(match (method, segments) {
             (&Method::GET, ["cluster", "metadata"]) => self.cluster_metadata(session).await,
+            (&Method::GET, ["stats"]) => self.get_stats(session).await,
+            (&Method::GET, ["clients"]) => self.get_clients(session).await,
+            (&Method::GET, ["clients", client]) => self.get_client(session, client).await,
+            (&Method::GET, ["options", scope]) => self.describe_options(session, scope).await,
+            (&Method::GET, ["users"]) => self.get_users(session).await,
+            (&Method::POST, ["users"]) => self.create_user(session, request).await,
+            (&Method::GET, ["users", user]) => self.get_user(session, user).await,
+            (&Method::PUT, ["users", user]) => self.update_user(session, user, request).await,
+            (&Method::DELETE, ["users", user]) => self.delete_user(session, user).await,
+            (&Method::PUT, ["users", user, "password"]) => self.change_password(session, user, request).await,
+            (&Method::PUT, ["users", user, "permissions"]) => self.update_permissions(session, user, request).await,
+            (&Method::GET, ["personal-access-tokens"]) => self.get_tokens(session).await,
+            (&Method::POST, ["personal-access-tokens"]) => self.create_token(session, request).await,
+            (&Method::DELETE, ["personal-access-tokens", token]) => self.delete_token(session, token).await,
+            (&Method::GET, ["streams", stream, "topics", topic, "consumer-groups"]) => {
+                self.get_groups(session, stream, topic).await
+            }
+            (&Method::POST, ["streams", stream, "topics", topic, "consumer-groups"]) => {
+                self.create_group(session, stream, topic, request).await
+            }
+            (&Method::GET, ["streams", stream, "topics", topic, "consumer-groups", group]) => {
+                self.get_group(session, stream, topic, group).await
+            }
+            (&Method::DELETE, ["streams", stream, "topics", topic, "consumer-groups", group]) => {
+                self.delete_group(session, stream, topic, group).await
+            }
+            (&Method::DELETE, ["streams", stream, "topics", topic, "partitions", partition]) => {
+                self.delete_segments(session, stream, topic, partition, request).await
+            }
             (&Method::GET, ["streams"]) => self.get_streams(session).await,
             (&Method::POST, ["streams"]) => self.create_stream(session, request).await,
             (&Method::GET, ["streams", stream]) => self.get_stream(session, stream).await,
