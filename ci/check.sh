@@ -11,6 +11,12 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
     rustup component add rustfmt clippy
 fi
 
+# The README's HTTP quick start runs curl (node/tests/readme_curl.rs).
+if ! command -v curl >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+    "${apt_get[@]}" install -y curl >/dev/null 2>&1 || { "${apt_get[@]}" update >/dev/null && "${apt_get[@]}" install -y curl >/dev/null; }
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

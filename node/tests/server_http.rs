@@ -91,3 +91,107 @@ fn the_http_port_serves_ping_and_metrics_and_refuses_hostile_requests_with_their
     }
     assert!(server.output().contains("listening on"), "the server is still up");
 }
+
+/// Sends `request` with a JSON body and an optional bearer token; status and body.
+fn call(address: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    let authorization = token.map(|token| format!("authorization: Bearer {token}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: vireo\r\nconnection: close\r\ncontent-type: application/json\r\n{authorization}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(address, request.as_bytes())
+}
+
+#[derive(serde::Serialize)]
+struct Claims {
+    jti: String,
+    iss: String,
+    aud: String,
+    sub: String,
+    iat: u64,
+    exp: u64,
+    nbf: u64,
+}
+
+fn forged(secret: &[u8], jti: &str, iat: u64, exp: u64) -> String {
+    let claims = Claims {
+        jti: jti.to_string(),
+        iss: "iggy.apache.org".to_string(),
+        aud: "iggy.apache.org".to_string(),
+        sub: "0".to_string(),
+        iat,
+        exp,
+        nbf: iat,
+    };
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(secret),
+    )
+    .unwrap()
+}
+
+#[test]
+fn hostile_api_requests_are_refused_with_the_reference_codes_and_the_server_serves_on() {
+    let server = Server::start(&data_dir("http-api-hostile"), &[]);
+    let http = server.metrics.expect("the HTTP port is on by default");
+    let login = r#"{"username":"iggy","password":"iggy"}"#;
+    let (status, body) = call(http, "POST", "/users/login", None, login);
+    assert_eq!(status, 200, "{body}");
+    let identity: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let token = identity["access_token"]["token"].as_str().unwrap().to_string();
+    assert_eq!(call(http, "GET", "/streams", Some(&token), "").0, 200);
+
+    // No token, then a wrong password: 401 (77, access_token_missing) and 400 (42).
+    let (status, body) = call(http, "GET", "/streams", None, "");
+    assert_eq!(status, 401);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["id"], 77);
+    let (status, body) = call(http, "POST", "/users/login", None, r#"{"username":"iggy","password":"nope"}"#);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["code"], "invalid_credentials");
+
+    // Bad JSON, and JSON of the wrong shape: 400s and 422s, never a 5xx.
+    assert_eq!(call(http, "POST", "/streams", Some(&token), "{not json").0, 422);
+    assert_eq!(call(http, "POST", "/streams", Some(&token), r#"{"title":"x"}"#).0, 422);
+    assert_eq!(call(http, "POST", "/users/login", None, r#"{"username":1}"#).0, 422);
+    let (status, _) = call(
+        http,
+        "POST",
+        "/streams/1/topics/1/messages",
+        Some(&token),
+        r#"{"partitioning":{"kind":"balanced","value":""},"messages":[{"payload":"***"}]}"#,
+    );
+    assert_eq!(status, 422, "a payload that is not base64");
+
+    // Tokens the server did not issue, or no longer honours: 401.
+    let claims: serde_json::Value = {
+        let payload = token.split('.').nth(1).unwrap();
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload).unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    let jti = claims["jti"].as_str().unwrap();
+    let iat = claims["iat"].as_u64().unwrap();
+    let other_key = forged(b"another key, not the server's, at least 32 bytes", jti, iat, iat + 3600);
+    assert_eq!(call(http, "GET", "/streams", Some(&other_key), "").0, 401, "signed with another key");
+    let secret = std::fs::read(server.data.join("http").join("jwt.key")).unwrap();
+    let expired = forged(&secret, jti, iat - 7200, iat - 3600);
+    assert_eq!(call(http, "GET", "/streams", Some(&expired), "").0, 401, "expired");
+    let unknown_session = forged(&secret, "0123456789abcdef0123456789abcdef", iat, iat + 3600);
+    assert_eq!(call(http, "GET", "/streams", Some(&unknown_session), "").0, 401, "a session never opened");
+    assert_eq!(call(http, "GET", "/streams", Some("garbage"), "").0, 401);
+
+    // Refresh gives a working token; logout ends the session for every token of it.
+    let (status, body) = call(http, "POST", "/users/refresh-token", None, &format!(r#"{{"token":"{token}"}}"#));
+    assert_eq!(status, 200, "{body}");
+    let refreshed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let refreshed = refreshed["access_token"]["token"].as_str().unwrap().to_string();
+    assert_eq!(call(http, "GET", "/streams", Some(&refreshed), "").0, 200);
+    assert_eq!(call(http, "DELETE", "/users/logout", Some(&refreshed), "").0, 204);
+    assert_eq!(call(http, "GET", "/streams", Some(&token), "").0, 401, "logged out");
+    assert_eq!(call(http, "GET", "/streams", Some(&refreshed), "").0, 401, "logged out");
+
+    // Still serving.
+    assert_eq!(get(http, "/ping"), (200, "pong".to_string()));
+    assert_eq!(call(http, "POST", "/users/login", None, login).0, 200);
+}

@@ -7,8 +7,12 @@
 //! (`try_input`, woken by `wait`) and hands the node's replies for these connections back
 //! (`on_reply`), each to the task waiting for that request's number.
 //!
+//! Until the node takes clients (`accept_clients`: every group it hosts recovered, as for TCP,
+//! whose connections wait in the listener's backlog meanwhile), a request waits for it within its
+//! timeout.
+//!
 //! Bounds: `INPUTS_MAX` inputs queued for the loop and `WAITING_MAX` requests waiting for their
-//! replies; past either, `submit` answers `Busy` at once (the HTTP answer is 503).
+//! replies; past either, `exchange` answers `Busy` at once (the HTTP answer is 503).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -27,6 +31,8 @@ pub const GATEWAY_CONNECTION_FIRST: ConnectionId = 1 << 62;
 pub const INPUTS_MAX: usize = 4096;
 /// Requests waiting for their replies at most.
 pub const WAITING_MAX: usize = 4096;
+/// How often a request looks again whether the node takes clients yet (only while it starts).
+const ACCEPT_POLL: Duration = Duration::from_millis(10);
 
 /// What the HTTP tasks ask of the node.
 #[derive(Debug)]
@@ -55,6 +61,7 @@ struct GatewayState {
 
 pub struct Gateway {
     state: RefCell<GatewayState>,
+    accepting: std::cell::Cell<bool>,
     /// A wake-up for the shard's loop, not a count (as its inbox's).
     ready: Semaphore,
 }
@@ -63,6 +70,7 @@ impl Default for Gateway {
     fn default() -> Gateway {
         Gateway {
             state: RefCell::new(GatewayState { next_connection: GATEWAY_CONNECTION_FIRST, ..Default::default() }),
+            accepting: std::cell::Cell::new(false),
             ready: Semaphore::new(0),
         }
     }
@@ -105,8 +113,13 @@ impl Gateway {
         let _ = self.push(GatewayInput::Closed(connection));
     }
 
+    /// The node takes clients from now on.
+    pub fn accept_clients(&self) {
+        self.accepting.set(true);
+    }
+
     /// Sends one request frame (its header numbers it `request`) and waits for its reply, at
-    /// most `timeout`.
+    /// most `timeout` (including the wait for the node to take clients).
     pub async fn exchange(
         &self,
         connection: ConnectionId,
@@ -114,6 +127,14 @@ impl Gateway {
         frame: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, GatewayError> {
+        let started = std::time::Instant::now();
+        while !self.accepting.get() {
+            if started.elapsed() >= timeout {
+                return Err(GatewayError::Timeout);
+            }
+            glommio::timer::sleep(ACCEPT_POLL).await;
+        }
+        let timeout = timeout.saturating_sub(started.elapsed());
         let (sender, receiver) = local_channel::new_bounded(1);
         {
             let mut state = self.state.borrow_mut();

@@ -465,6 +465,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                         stop_accepting.clone(),
                     );
                 }
+                if let Some(gateway) = &state.gateway {
+                    gateway.accept_clients();
+                }
                 tracing::info!("accepting clients");
             }
             if ticks.is_multiple_of(PUBLISH_TICKS) {
