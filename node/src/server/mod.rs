@@ -1,10 +1,11 @@
 //! vireo-server, the production node: the configuration (`config`), the shard loop that runs a
 //! `Node` on glommio (`shard_loop`), the root credentials at first boot (`root_credentials`),
-//! `/metrics` (`metrics`), the HTTP port (`http`), TLS on the client and HTTP ports (`tls`) and the process around them (`process`: flags, data directory,
+//! `/metrics` (`metrics`), the HTTP port (`http`), its API (`http_api`, `gateway`), the Web UI (`web_ui`), TLS on the client and HTTP ports (`tls`) and the process around them (`process`: flags, data directory,
 //! signals, startup banner, exit codes). Only this module and `vireo-io`'s driver know about
 //! glommio, threads, sockets and real files; everything they feed is the simulator-proven node.
 
 pub mod config;
+pub mod cors;
 pub mod gateway;
 pub mod http;
 pub mod http_api;
@@ -14,3 +15,4 @@ pub mod replica_links;
 pub mod root_credentials;
 pub mod shard_loop;
 pub mod tls;
+pub mod web_ui;

@@ -540,7 +540,8 @@ impl HttpApi {
             (&Method::POST, ["users", "login"]) => self.login(request).await,
             (&Method::POST, ["personal-access-tokens", "login"]) => self.login_with_token(request).await,
             (&Method::POST, ["users", "refresh-token"]) => self.refresh(request),
-            (&Method::DELETE, ["users", "logout"]) => self.logout(request),
+            // The reference's Web UI logs out with POST (the SDK with DELETE).
+            (&Method::DELETE | &Method::POST, ["users", "logout"]) => self.logout(request),
             (
                 _,
                 ["users", "login"]
