@@ -4,7 +4,8 @@
 //! clients are the SDK's raw `TcpClient`s, which stay on the node they connected to (the
 //! `IggyClient` wrapper would follow the leader), so the polls really are answered by backups.
 //! Midway through, the node holding the partition's primary is SIGKILLed and started again at
-//! once, on the same port, with clients reconnecting to it.
+//! once, on the same port, with clients reconnecting to it. And over HTTP: a read asked to be
+//! linearizable on a backup is redirected (307) to the primary, which serves it.
 
 mod cluster_process;
 mod server_process;
@@ -208,4 +209,87 @@ async fn reads_see_acknowledged_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poll_on_any_node_sees_every_send_acknowledged_before_it() {
     tokio::time::timeout(Duration::from_secs(300), reads_see_acknowledged_writes()).await.expect("bounded");
+}
+
+/// One HTTP request to `address` (bounded): the whole answer, lower-cased.
+fn http(address: SocketAddr, method: &str, path: &str, token: Option<&str>, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("the HTTP port");
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let auth = token.map(|token| format!("authorization: Bearer {token}\r\n")).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: vireo\r\n{auth}content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).to_string()
+}
+
+fn http_login(address: SocketAddr) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = http(address, "POST", "/users/login", None, r#"{"username":"iggy","password":"iggy"}"#);
+        if let Some(token) = answer.split("\"token\":\"").nth(1).and_then(|rest| rest.split('"').next()) {
+            return token.to_string();
+        }
+        assert!(Instant::now() < deadline, "no HTTP login on {address}: {answer}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `?consistency=linearizable` on a backup's HTTP API: 307 to the primary's HTTP port with the
+/// same path and query, where the read is served; serializable reads are served where asked.
+async fn linearizable_reads_go_to_the_primary() {
+    let mut cluster = Cluster::new("cluster-linearizable-http", 3).await;
+    cluster.start_all();
+    let leader = cluster.leader().await;
+    let backup = (leader + 1) % 3;
+    let http_of =
+        |index: usize| cluster.nodes[index].server.as_ref().and_then(|server| server.metrics).expect("HTTP on");
+    let (leader_http, backup_http) = (http_of(leader), http_of(backup));
+    tokio::task::spawn_blocking(move || {
+        let token = http_login(backup_http);
+        let created = http(backup_http, "POST", "/streams", Some(&token), r#"{"name":"linearizable"}"#);
+        assert!(created.starts_with("HTTP/1.1 201") || created.starts_with("HTTP/1.1 200"), "{created}");
+
+        let path = "/streams/linearizable?consistency=linearizable";
+        let redirected = http(backup_http, "GET", path, Some(&token), "");
+        assert!(redirected.starts_with("HTTP/1.1 307"), "{redirected}");
+        let location = format!("location: http://{leader_http}{path}");
+        assert!(
+            redirected.to_lowercase().contains(&location.to_lowercase()),
+            "leader {leader} at {leader_http}, backup {backup} at {backup_http}: {redirected}"
+        );
+        // A read refused for what it is (no session, a bad query) is refused, not redirected.
+        assert!(http(backup_http, "GET", path, None, "").starts_with("HTTP/1.1 401"));
+        let bogus = http(backup_http, "GET", "/streams?consistency=strong", Some(&token), "");
+        assert!(bogus.starts_with("HTTP/1.1 400"), "{bogus}");
+        let too_long = format!("/streams/{}?consistency=linearizable", "n".repeat(300));
+        let bad_identifier = http(backup_http, "GET", &too_long, Some(&token), "");
+        assert!(bad_identifier.starts_with("HTTP/1.1 400"), "{bad_identifier}");
+        // Serializable (the default) is served on the backup itself, once it has caught up.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let local = http(backup_http, "GET", "/streams/linearizable", Some(&token), "");
+            if local.starts_with("HTTP/1.1 200") && local.contains("\"name\":\"linearizable\"") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{local}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+
+        // The primary serves the linearizable read, to a session of its own.
+        let token = http_login(leader_http);
+        let served = http(leader_http, "GET", path, Some(&token), "");
+        assert!(served.starts_with("HTTP/1.1 200") && served.contains("\"name\":\"linearizable\""), "{served}");
+    })
+    .await
+    .expect("the HTTP checks");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linearizable_http_read_on_a_backup_is_redirected_to_the_primary() {
+    tokio::time::timeout(Duration::from_secs(120), linearizable_reads_go_to_the_primary()).await.expect("bounded");
 }

@@ -23,6 +23,7 @@ use glommio::sync::Semaphore;
 use vireo_protocol::header::Header;
 
 use crate::node_io::ConnectionId;
+use crate::server::http_api::linearizable::MetadataLeader;
 
 /// The first connection number the gateway hands out: far above the driver's, which count up
 /// from 1 one connection at a time, and below the root setup's `INTERNAL_CONNECTION`.
@@ -62,6 +63,8 @@ struct GatewayState {
 pub struct Gateway {
     state: RefCell<GatewayState>,
     accepting: std::cell::Cell<bool>,
+    /// The metadata group's primary as the shard loop last saw it.
+    leader: std::cell::Cell<MetadataLeader>,
     /// A wake-up for the shard's loop, not a count (as its inbox's).
     ready: Semaphore,
 }
@@ -71,6 +74,7 @@ impl Default for Gateway {
         Gateway {
             state: RefCell::new(GatewayState { next_connection: GATEWAY_CONNECTION_FIRST, ..Default::default() }),
             accepting: std::cell::Cell::new(false),
+            leader: std::cell::Cell::new(MetadataLeader::Unknown),
             ready: Semaphore::new(0),
         }
     }
@@ -111,6 +115,15 @@ impl Gateway {
     pub fn close(&self, connection: ConnectionId) {
         self.state.borrow_mut().waiting.retain(|(waiting, _), _| *waiting != connection);
         let _ = self.push(GatewayInput::Closed(connection));
+    }
+
+    /// Who leads the metadata group now (the shard loop tells, each tick).
+    pub fn set_metadata_leader(&self, leader: MetadataLeader) {
+        self.leader.set(leader);
+    }
+
+    pub fn metadata_leader(&self) -> MetadataLeader {
+        self.leader.get()
     }
 
     /// The node takes clients from now on.

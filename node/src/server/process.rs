@@ -485,7 +485,18 @@ fn run(args: Args) -> Result<(), String> {
     let tcp_address = tcp.local_addr().map_err(|error| error.to_string())?;
     config.tcp.address = tcp_address.to_string();
     let http = if config.http.enabled {
-        let listener = bind("http.address", config.http_address())?;
+        // A cluster node's HTTP port is its roster entry's (a backup sends linearizable reads
+        // there), on the interface http.address names, as the reference binds it.
+        let roster_http =
+            config.cluster.enabled.then(|| config.cluster.nodes[config.cluster.replica_id as usize].ports.http);
+        let (key, address) = match roster_http {
+            Some(port) if port != 0 => (
+                format!("cluster.nodes.{}.ports.http", config.cluster.replica_id),
+                SocketAddr::new(config.http_address().ip(), port as u16),
+            ),
+            _ => ("http.address".to_string(), config.http_address()),
+        };
+        let listener = bind(&key, address)?;
         config.http.address = listener.local_addr().map_err(|error| error.to_string())?.to_string();
         Some(listener)
     } else {

@@ -26,12 +26,13 @@ use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
 use vireo_io::glommio::{ClientTls, DriverConfig, DriverEvent, GlommioIo, NetEvent, NetLimits, ShardContext};
 use vireo_io::{Io, Peer, TICK_NS};
-use vireo_protocol::replica::ReplicaEvent;
+use vireo_protocol::replica::{ReplicaEvent, Status};
 
 use crate::node::{Node, NodeConfig, NodeEvent};
 use crate::node_io::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
 use crate::server::config::ServerConfig;
 use crate::server::gateway::{Gateway, GatewayInput};
+use crate::server::http_api::linearizable::{MetadataLeader, PrimaryRedirect};
 use crate::server::http_api::HttpApi;
 use crate::server::metrics::{command_name, AllStats, ShardFigures};
 use crate::server::replica_links::{accept_links, ClusterHealth, LinkIdentity, ReplicaLinks};
@@ -379,6 +380,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                 shared.jwt_secret.clone(),
                 config.http.jwt.access_token_expiry_secs,
                 shared.seed ^ 0x4854_5450,
+                PrimaryRedirect::of(config),
             );
             crate::server::http::serve(listener, shared.clone(), Rc::new(api));
         }
@@ -469,6 +471,15 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                     gateway.accept_clients();
                 }
                 tracing::info!("accepting clients");
+            }
+            if let (Some(gateway), Some(metadata)) = (&state.gateway, state.node.shard().metadata()) {
+                gateway.set_metadata_leader(if metadata.status() != Status::Normal {
+                    MetadataLeader::Unknown
+                } else if metadata.is_primary() {
+                    MetadataLeader::ThisNode
+                } else {
+                    MetadataLeader::Replica(metadata.config().primary_index(metadata.view()))
+                });
             }
             if ticks.is_multiple_of(PUBLISH_TICKS) {
                 state.publish(&shared);

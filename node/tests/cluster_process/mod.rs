@@ -138,19 +138,22 @@ fn place_nodes(dir: &std::path::Path, count: u8) -> Vec<Placement> {
             let field = |name: &str| line.split(name).nth(1).unwrap().split([',', ' ']).next().unwrap().to_string();
             let client: SocketAddr = field("clients ").parse().unwrap();
             let roster_replica: SocketAddr = field("replicas ").parse().unwrap();
+            let http: SocketAddr = field("metrics http://").trim_end_matches("/metrics").parse().unwrap();
             let config = PathBuf::from(line.rsplit("config ").next().unwrap());
-            placements.push((config, client, roster_replica));
+            placements.push((config, client, roster_replica, http));
         }
         assert_eq!(placements.len(), count as usize);
-        let roster_ports: Vec<u16> =
-            placements.iter().flat_map(|(_, client, replica)| [client.port(), replica.port()]).collect();
+        let roster_ports: Vec<u16> = placements
+            .iter()
+            .flat_map(|(_, client, replica, http)| [client.port(), replica.port(), http.port()])
+            .collect();
         if roster_ports.iter().any(|port| handed_out.contains(port)) {
             continue;
         }
         handed_out.extend(roster_ports);
         return placements
             .into_iter()
-            .map(|(config, client, roster_replica)| {
+            .map(|(config, client, roster_replica, _)| {
                 let replica_listen = format!("127.0.0.1:{}", free_port(&mut handed_out)).parse().unwrap();
                 Placement { config, client, roster_replica, replica_listen }
             })

@@ -20,6 +20,7 @@
 //! get_snapshot_file InvalidCommand over TCP too).
 
 mod admin;
+pub mod linearizable;
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -47,6 +48,7 @@ use crate::partition::request::{
     OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
 };
 use crate::server::gateway::{Gateway, GatewayError};
+use linearizable::PrimaryRedirect;
 
 /// HTTP sessions held at once; a login past it evicts the least recently used.
 pub const SESSIONS_MAX: usize = 1024;
@@ -220,6 +222,8 @@ pub struct ApiRequest<'a> {
     pub query: HashMap<String, String>,
     pub bearer: Option<&'a str>,
     pub body: &'a [u8],
+    /// As the client sent them, for a redirect (`linearizable`).
+    pub path_and_query: String,
 }
 
 impl<'a> ApiRequest<'a> {
@@ -235,7 +239,8 @@ impl<'a> ApiRequest<'a> {
                 (percent_decode(key), percent_decode(value))
             })
             .collect();
-        ApiRequest { method, segments, query, bearer, body }
+        let path_and_query = uri.path_and_query().map_or_else(|| uri.path().to_string(), |whole| whole.to_string());
+        ApiRequest { method, segments, query, bearer, body, path_and_query }
     }
 
     fn json<'b, T: Deserialize<'b>>(&'b self) -> Result<T, ApiError> {
@@ -502,11 +507,20 @@ pub struct HttpApi {
     uses: Cell<u64>,
     seed: u64,
     minted: Cell<u64>,
+    /// A cluster node's way to send a linearizable read to the primary (none on a single node).
+    redirect: Option<PrimaryRedirect>,
 }
 
 impl HttpApi {
-    pub fn new(gateway: Rc<Gateway>, secret: Vec<u8>, expiry_secs: u64, seed: u64) -> HttpApi {
+    pub fn new(
+        gateway: Rc<Gateway>,
+        secret: Vec<u8>,
+        expiry_secs: u64,
+        seed: u64,
+        redirect: Option<PrimaryRedirect>,
+    ) -> HttpApi {
         HttpApi {
+            redirect,
             gateway,
             secret,
             expiry_secs,
@@ -551,11 +565,40 @@ impl HttpApi {
             ) => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, 405, "method_not_allowed", "method not allowed")),
             (_, ["streams" | "users" | "personal-access-tokens" | "stats" | "clients" | "options", ..])
             | (_, ["cluster", "metadata"]) => match self.session(request) {
-                Ok(session) => self.with_session(&session, request, &segments).await?,
+                Ok(session) => self.read_or_write(&session, request, &segments).await?,
                 Err(error) => Err(error),
             },
             _ => return None,
         };
+        Some(answer)
+    }
+
+    /// An authenticated request; a read that asks to be linearizable is checked here first and,
+    /// on a node that does not lead, answered with the way to the primary (`linearizable`).
+    async fn read_or_write(
+        &self,
+        session: &Session,
+        request: &ApiRequest<'_>,
+        segments: &[&str],
+    ) -> Option<Result<Response<Full<Bytes>>, ApiError>> {
+        let read = request.method == Method::GET && linearizable::takes_consistency(segments);
+        let linearizable =
+            match read.then(|| linearizable::asks_linearizable(request.query.get("consistency").map(String::as_str))) {
+                Some(Err(error)) => return Some(Err(error)),
+                Some(Ok(asks)) => asks,
+                None => false,
+            };
+        let answer = self.with_session(session, request, segments).await?;
+        // Not found may be this backup lagging: only the primary can say, so that goes there too.
+        let checked = match &answer {
+            Ok(_) => true,
+            Err(error) => error.status == StatusCode::NOT_FOUND,
+        };
+        if let (true, true, Some(redirect)) = (linearizable, checked, &self.redirect) {
+            if let Some(elsewhere) = redirect.answer(self.gateway.metadata_leader(), &request.path_and_query) {
+                return Some(Ok(elsewhere));
+            }
+        }
         Some(answer)
     }
 
