@@ -111,7 +111,7 @@ use crate::admission::{
 use crate::client_reply::{client_reply_body, node_reply, poll_reply_frame};
 use crate::connection::{Connection, InFlight, Login, PurgeQueue, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
 use crate::metadata::{
-    hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, UserStatus, SALT_SIZE_BYTES,
+    hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, ReadKind, UserStatus, SALT_SIZE_BYTES,
 };
 use crate::metadata_plane::{internal_body, purged_topics, LoginProof, MetadataMachine, OPERATION_END_SESSION};
 use crate::node_io::{ConnectionId, LocalRead, MetadataView, NodeIo, ShardMessage};
@@ -207,6 +207,15 @@ pub enum NodeEvent {
     SessionEnding {
         client: u128,
     },
+    /// A snapshot archive was asked for and allowed (`ReadKind::Servers`): the driver collects
+    /// it (files, processes: nothing a state machine may touch) and hands it to
+    /// `answer_snapshot` for this request. `types` holds valid codes, `All` expanded.
+    SnapshotRequested {
+        connection: ConnectionId,
+        request: Header,
+        compression: u8,
+        types: Vec<u8>,
+    },
     /// A reply went back on the connection (status 0: a success).
     Answered {
         connection: ConnectionId,
@@ -214,6 +223,26 @@ pub enum NodeEvent {
         operation: u8,
         status: u32,
     },
+}
+
+/// A snapshot's sections as the reference reads them: codes 1 to 6, or 100 (`all`, alone) for
+/// every one but `test` (4); compression 1 to 6 (stored, deflated, bzip2, zstd, lzma, xz) but
+/// lzma (5), which the archive library cannot write (xz, 6, is the same algorithm).
+pub fn snapshot_types(compression: u8, types: &[u8]) -> Result<Vec<u8>, u32> {
+    const ALL: u8 = 100;
+    const LZMA: u8 = 5;
+    if !(1..=6).contains(&compression) || compression == LZMA || types.is_empty() {
+        return Err(STATUS_INVALID_COMMAND);
+    }
+    if types.contains(&ALL) {
+        return if types.len() == 1 { Ok(vec![1, 2, 3, 5, 6]) } else { Err(STATUS_INVALID_COMMAND) };
+    }
+    if types.iter().any(|code| !(1..=6).contains(code)) {
+        return Err(STATUS_INVALID_COMMAND);
+    }
+    let mut types = types.to_vec();
+    types.dedup();
+    Ok(types)
 }
 
 /// What a node dropped or refused, and why: nothing goes uncounted.
@@ -862,6 +891,20 @@ impl Node {
         });
     }
 
+    /// The answer to a `SnapshotRequested`: the archive, or the status refusing it.
+    pub fn answer_snapshot(
+        &mut self,
+        io: &mut impl NodeIo,
+        connection: ConnectionId,
+        request: &Header,
+        archive: Result<Vec<u8>, u32>,
+    ) {
+        match archive {
+            Ok(archive) => self.answer_here(io, connection, request, archive),
+            Err(status) => self.deny(io, connection, request, status),
+        }
+    }
+
     fn metadata(&self) -> Result<Arc<crate::metadata::Metadata>, u32> {
         // Before the first publication (the metadata replica is still opening) nothing can be
         // checked: the client may try again.
@@ -1022,6 +1065,17 @@ impl Node {
                 let cursor = self.bump_cursor(connection);
                 let admitted = admit_offset(&metadata, user_id, client, key, OffsetAction::Get, cursor, self.bug())?;
                 self.submit(io, connection, &header, admitted)
+            }
+            ClientRequest::GetSnapshotFile { compression, types } => {
+                metadata.authorize_read(user_id, ReadKind::Servers).map_err(|error| error.code())?;
+                let types = snapshot_types(*compression, types)?;
+                self.event(NodeEvent::SnapshotRequested {
+                    connection,
+                    request: header,
+                    compression: *compression,
+                    types,
+                });
+                Ok(())
             }
             ClientRequest::GetClusterMetadata => {
                 let cluster =

@@ -246,9 +246,8 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
                 })
                 .unwrap_or_default())
         }
-        // The reference answers these two so.
+        // The reference answers this so. (A snapshot is the node's: `NodeEvent::SnapshotRequested`.)
         ClientRequest::FlushUnsavedBuffer { .. } => Err(STATUS_FEATURE_UNAVAILABLE),
-        ClientRequest::GetSnapshotFile { .. } => Err(STATUS_INVALID_COMMAND),
         _ => Err(STATUS_INVALID_COMMAND),
     }
 }

@@ -149,6 +149,11 @@ async fn conversation(server: &Server) {
     // The system: stats and clients.
     let stats = client.get_stats().await.unwrap();
     assert_eq!((stats.streams_count, stats.topics_count), (1, 1));
+    let snapshot = client.snapshot(SnapshotCompression::Zstd, vec![SystemSnapshotType::All]).await.unwrap();
+    let archive = zip::ZipArchive::new(std::io::Cursor::new(snapshot.0)).expect("a ZIP archive");
+    let names: Vec<String> = archive.file_names().map(|name| name.expect("a file name").to_string()).collect();
+    assert!(names.iter().any(|name| name == "server_config.txt"), "{names:?}");
+    assert!(names.iter().any(|name| name == "server_logs.txt"), "{names:?}");
     let clients = client.get_clients().await.unwrap();
     assert!(!clients.is_empty());
     let first = client.get_client(clients[0].client_id).await.unwrap().unwrap();

@@ -14,5 +14,6 @@ pub mod process;
 pub mod replica_links;
 pub mod root_credentials;
 pub mod shard_loop;
+pub mod snapshot;
 pub mod tls;
 pub mod web_ui;

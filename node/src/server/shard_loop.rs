@@ -37,6 +37,7 @@ use crate::server::http_api::HttpApi;
 use crate::server::metrics::{command_name, AllStats, ShardFigures};
 use crate::server::replica_links::{accept_links, ClusterHealth, LinkIdentity, ReplicaLinks};
 use crate::server::root_credentials::{RootPlan, RootSetup, INTERNAL_CONNECTION};
+use crate::server::snapshot;
 use crate::shard::ShardEvent;
 
 /// What crosses between the server's shards.
@@ -234,6 +235,13 @@ enum Phase {
     },
 }
 
+/// A snapshot a connection of this shard waits for.
+struct PendingSnapshot {
+    connection: ConnectionId,
+    request: vireo_protocol::header::Header,
+    archive: std::sync::mpsc::Receiver<Result<Vec<u8>, u32>>,
+}
+
 struct ShardState {
     shard: u16,
     io: GlommioIo,
@@ -247,6 +255,10 @@ struct ShardState {
     node: Node,
     /// Frames not admitted because the server is shutting down.
     refused_shutting_down: u64,
+    /// Snapshots being collected for this shard's connections (one per process at a time).
+    snapshots: Vec<PendingSnapshot>,
+    /// Where the snapshot reads the logs and the effective config.
+    data: std::path::PathBuf,
     fatal: Option<String>,
 }
 
@@ -364,6 +376,8 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         gateway: gateway.clone(),
         node,
         refused_shutting_down: 0,
+        snapshots: Vec::new(),
+        data: config.system.path.clone(),
         fatal: None,
     };
     state.drain_node_events();
@@ -431,6 +445,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             with_node!(state, |node, sio| node.tick(&mut sio));
             state.drain_node_events();
             state.drive_root(&mut root, true)?;
+            state.answer_snapshots();
             if !shared.shards_recovered[shard].load(Ordering::Relaxed) && state.node.recovered() {
                 shared.shards_recovered[shard].store(true, Ordering::Relaxed);
             }
@@ -710,11 +725,43 @@ impl ShardState {
                 NodeEvent::LoginVerified { connection, user_id } => {
                     tracing::info!(shard = self.shard, connection, user_id, "logged in")
                 }
+                NodeEvent::SnapshotRequested { connection, request, compression, types } => {
+                    tracing::info!(shard = self.shard, connection, "snapshot requested");
+                    match snapshot::start(self.data.clone(), compression, types) {
+                        Ok(archive) => self.snapshots.push(PendingSnapshot { connection, request, archive }),
+                        Err(status) => {
+                            with_node!(self, |node, sio| node.answer_snapshot(
+                                &mut sio,
+                                connection,
+                                &request,
+                                Err(status)
+                            ))
+                        }
+                    }
+                }
                 NodeEvent::Denied { connection, operation, status, .. } => {
                     tracing::debug!(shard = self.shard, connection, operation, status, "refused")
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Hands each collected snapshot to the node, which answers its request.
+    fn answer_snapshots(&mut self) {
+        let mut index = 0;
+        while index < self.snapshots.len() {
+            let archive = match self.snapshots[index].archive.try_recv() {
+                Ok(archive) => archive,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    index += 1;
+                    continue;
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => Err(snapshot::STATUS_SNAPSHOT_FAILED),
+            };
+            let PendingSnapshot { connection, request, .. } = self.snapshots.swap_remove(index);
+            with_node!(self, |node, sio| node.answer_snapshot(&mut sio, connection, &request, archive));
+            self.drain_node_events();
         }
     }
 

@@ -61,6 +61,12 @@ pub async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) 
     tokio::time::timeout(Duration::from_secs(30), call).await.unwrap_or_else(|_| panic!("{what} timed out"))
 }
 
+/// The names of the files in a ZIP archive, in order.
+pub fn zip_names(archive: &[u8]) -> Vec<String> {
+    let reader = zip::ZipArchive::new(std::io::Cursor::new(archive)).expect("a ZIP archive");
+    reader.file_names().map(|name| name.expect("a file name").to_string()).collect()
+}
+
 /// Every command group through the SDK, checked: the whole of `PROTOCOL.md`'s command set.
 pub async fn conversation(server: &Endpoint) {
     let client = root(server).await;
@@ -75,6 +81,14 @@ pub async fn conversation(server: &Endpoint) {
     // The names the reference gives a single node, which its Node SDK's tests expect.
     assert_eq!((cluster.name.as_str(), cluster.nodes[0].name.as_str()), ("single-node", "iggy-node"));
     client.get_stats().await.unwrap();
+    // A snapshot: a ZIP of the sections asked for; `all` goes alone.
+    let sections = [SystemSnapshotType::Test, SystemSnapshotType::ServerConfig];
+    let snapshot = client.snapshot(SnapshotCompression::Deflated, sections.to_vec()).await.unwrap();
+    assert_eq!(zip_names(&snapshot.0), ["test.txt", "server_config.txt"]);
+    let all = client.snapshot(SnapshotCompression::Stored, vec![SystemSnapshotType::All]).await.unwrap();
+    assert!(zip_names(&all.0).contains(&"server_logs.txt".to_string()), "{:?}", zip_names(&all.0));
+    let mixed = vec![SystemSnapshotType::All, SystemSnapshotType::Test];
+    assert_eq!(code(client.snapshot(SnapshotCompression::Stored, mixed).await), IggyError::InvalidCommand.as_code());
 
     // Streams.
     let stream = client.create_stream("orders").await.unwrap();
@@ -203,6 +217,8 @@ pub async fn conversation(server: &Endpoint) {
     let reader = connect(server).await;
     reader.login_user("reader", "reader-secret").await.unwrap();
     assert_eq!(code(reader.create_stream("forbidden").await), IggyError::Unauthorized.as_code());
+    let snapshot = reader.snapshot(SnapshotCompression::Stored, vec![SystemSnapshotType::Test]).await;
+    assert_eq!(code(snapshot), IggyError::Unauthorized.as_code());
     let mut denied = messages("denied", 1);
     assert_eq!(
         code(reader.send_messages(&orders, &events, &Partitioning::partition_id(0), &mut denied).await),

@@ -166,7 +166,7 @@ impl SendMessages {
 pub enum ClientRequest {
     Ping,
     GetStats,
-    /// `[compression u8][types count u8][type u8 x count]`. The reference answers InvalidCommand.
+    /// `[compression u8][types count u8][type u8 x count]`; the reply is the ZIP archive's bytes.
     /// At most 255 types: `encode` panics on more, as no body can carry them.
     GetSnapshotFile {
         compression: u8,

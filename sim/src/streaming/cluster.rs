@@ -1349,6 +1349,10 @@ impl StreamingCluster {
             NodeEvent::Answered { connection, request, operation, status } => {
                 format!("connection {connection}: reply request={request} operation={operation} status={status}")
             }
+            // The simulated clients never ask for one (it reads the machine, which is the driver's).
+            NodeEvent::SnapshotRequested { connection, request, .. } => {
+                format!("connection {connection}: snapshot requested request={}", request.request)
+            }
         };
         self.log(|| format!("n{index}/s{shard} {line}"));
     }

@@ -1,5 +1,5 @@
 //! The HTTP API's routes for users, personal access tokens, consumer groups, segments and the
-//! system (stats, clients, options): JSON in and out, the binary request to the node in between.
+//! system (stats, clients, options, snapshot): JSON in and out, the binary request to the node in between.
 
 use std::collections::HashMap;
 
@@ -553,6 +553,53 @@ impl HttpApi {
             "consumer_groups_count": groups.len(),
             "consumer_groups": groups,
         }))
+    }
+
+    /// `POST /snapshot` with `{"compression": "Deflated", "snapshot_types": ["All"]}` (the
+    /// reference's names, any case): the ZIP archive as a download.
+    pub(super) async fn get_snapshot(
+        &self,
+        session: &Session,
+        request: &ApiRequest<'_>,
+    ) -> Result<Response<Full<Bytes>>, ApiError> {
+        #[derive(Deserialize)]
+        struct Body {
+            compression: String,
+            snapshot_types: Vec<String>,
+        }
+        let body: Body = request.json()?;
+        let code_of = |name: &str, names: &[&str], offset: u8| {
+            let plain = name.replace('_', "").to_ascii_lowercase();
+            names.iter().position(|known| *known == plain).map(|index| index as u8 + offset)
+        };
+        let compression = code_of(&body.compression, &["stored", "deflated", "bzip2", "zstd", "lzma", "xz"], 1)
+            .ok_or_else(|| ApiError::bad_request(format!("compression: `{}`", body.compression)))?;
+        const TYPES: [&str; 6] =
+            ["filesystemoverview", "processlist", "resourceusage", "test", "serverlogs", "serverconfig"];
+        let types = body
+            .snapshot_types
+            .iter()
+            .map(|name| {
+                if name.eq_ignore_ascii_case("all") {
+                    return Ok(100);
+                }
+                code_of(name, &TYPES, 1).ok_or_else(|| ApiError::bad_request(format!("snapshot_types: `{name}`")))
+            })
+            .collect::<Result<Vec<u8>, _>>()?;
+        if types.len() > u8::MAX as usize {
+            return Err(ApiError::bad_request("snapshot_types: more than 255"));
+        }
+        let archive = self
+            .call(session, command::GET_SNAPSHOT_FILE, ClientRequest::GetSnapshotFile { compression, types })
+            .await?;
+        let mut response = Response::new(Full::new(Bytes::from(archive)));
+        let headers = response.headers_mut();
+        headers.insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/zip"));
+        headers.insert(
+            hyper::header::CONTENT_DISPOSITION,
+            hyper::header::HeaderValue::from_static("attachment; filename=\"vireo_snapshot.zip\""),
+        );
+        Ok(response)
     }
 
     pub(super) async fn describe_options(

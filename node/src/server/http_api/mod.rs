@@ -186,6 +186,7 @@ fn error_name(code: u32) -> (&'static str, Option<&'static str>) {
         4000 => ("segment_not_found", Some("segment_id")),
         5000 => ("consumer_group_id_not_found", None),
         5004 => ("consumer_group_name_already_exists", Some("name")),
+        9000 => ("snapshot_file_completion_failed", None),
         _ => ("error", None),
     }
 }
@@ -563,7 +564,10 @@ impl HttpApi {
                 | ["users", "refresh-token"]
                 | ["users", "logout"],
             ) => Err(ApiError::new(StatusCode::METHOD_NOT_ALLOWED, 405, "method_not_allowed", "method not allowed")),
-            (_, ["streams" | "users" | "personal-access-tokens" | "stats" | "clients" | "options", ..])
+            (
+                _,
+                ["streams" | "users" | "personal-access-tokens" | "stats" | "clients" | "options" | "snapshot", ..],
+            )
             | (_, ["cluster", "metadata"]) => match self.session(request) {
                 Ok(session) => self.read_or_write(&session, request, &segments).await?,
                 Err(error) => Err(error),
@@ -616,6 +620,7 @@ impl HttpApi {
             (&Method::GET, ["clients"]) => self.get_clients(session).await,
             (&Method::GET, ["clients", client]) => self.get_client(session, client).await,
             (&Method::GET, ["options", scope]) => self.describe_options(session, scope).await,
+            (&Method::POST, ["snapshot"]) => self.get_snapshot(session, request).await,
             (&Method::GET, ["users"]) => self.get_users(session).await,
             (&Method::POST, ["users"]) => self.create_user(session, request).await,
             (&Method::GET, ["users", user]) => self.get_user(session, user).await,
