@@ -20,6 +20,8 @@ pub struct Server {
     pub address: SocketAddr,
     pub metrics: Option<SocketAddr>,
     output: Arc<Mutex<String>>,
+    /// The threads reading its stdout and stderr: joined once it exits, so `output` is whole.
+    drains: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// A fresh directory under the target directory's tmp (removed first if a run left it).
@@ -33,7 +35,7 @@ fn drain(
     reader: impl Read + Send + 'static,
     output: Arc<Mutex<String>>,
     banner: Option<std::sync::mpsc::Sender<String>>,
-) {
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(reader).lines() {
             let Ok(line) = line else { break };
@@ -44,7 +46,7 @@ fn drain(
             output.push_str(&line);
             output.push('\n');
         }
-    });
+    })
 }
 
 impl Server {
@@ -70,8 +72,10 @@ impl Server {
         let mut child = command.spawn().expect("vireo-server starts");
         let output = Arc::new(Mutex::new(String::new()));
         let (banner, lines) = std::sync::mpsc::channel();
-        drain(child.stdout.take().unwrap(), output.clone(), Some(banner));
-        drain(child.stderr.take().unwrap(), output.clone(), None);
+        let drains = vec![
+            drain(child.stdout.take().unwrap(), output.clone(), Some(banner)),
+            drain(child.stderr.take().unwrap(), output.clone(), None),
+        ];
         let deadline = Instant::now() + START_TIMEOUT;
         let (mut address, mut metrics) = (None, None);
         // The banner names the data directory after the addresses.
@@ -96,7 +100,7 @@ impl Server {
                 }
             }
         }
-        Server { child: Some(child), data: data.to_path_buf(), address: address.unwrap(), metrics, output }
+        Server { child: Some(child), data: data.to_path_buf(), address: address.unwrap(), metrics, output, drains }
     }
 
     /// A server this test did not start (nothing to kill): `VIREO_SERVER_ADDRESS`, when set.
@@ -104,7 +108,7 @@ impl Server {
         let address = std::env::var("VIREO_SERVER_ADDRESS").ok()?;
         let address = address.parse().expect("VIREO_SERVER_ADDRESS is host:port");
         let output = Arc::new(Mutex::new(String::new()));
-        Some(Server { child: None, data: PathBuf::new(), address, metrics: None, output })
+        Some(Server { child: None, data: PathBuf::new(), address, metrics: None, output, drains: Vec::new() })
     }
 
     pub fn output(&self) -> String {
@@ -113,6 +117,13 @@ impl Server {
 
     pub fn pid(&self) -> i32 {
         self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// After the exit: the last lines it wrote are read (the pipes end with the process).
+    fn join_drains(&mut self) {
+        for drain in self.drains.drain(..) {
+            let _ = drain.join();
+        }
     }
 
     /// SIGKILL, and waits for the process to be gone.
@@ -131,6 +142,7 @@ impl Server {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = child.try_wait().unwrap() {
+                self.join_drains();
                 return Some(status);
             }
             if Instant::now() > deadline {
@@ -148,6 +160,7 @@ impl Server {
         loop {
             if let Some(status) = self.child.as_mut()?.try_wait().unwrap() {
                 self.child = None;
+                self.join_drains();
                 return Some(status);
             }
             if Instant::now() > deadline {
