@@ -155,8 +155,10 @@ fn listing(data: &Path) -> String {
     lines.join("\n") + "\n"
 }
 
-/// The log files, oldest first, keeping the newest `SECTION_BYTES_MAX` bytes.
+/// The log files, oldest first, keeping the newest `SECTION_BYTES_MAX` bytes: each file is read
+/// from where the budget left by the newer ones begins, never whole.
 fn logs(directory: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
     let mut files = Vec::new();
     for entry in std::fs::read_dir(directory)? {
         let entry = entry?;
@@ -166,16 +168,22 @@ fn logs(directory: &Path) -> std::io::Result<Vec<u8>> {
         }
     }
     files.sort();
-    let mut content = Vec::new();
+    let mut newest_first: Vec<Vec<u8>> = Vec::new();
+    let mut budget = SECTION_BYTES_MAX as u64;
     for (_, path) in files.iter().rev() {
-        if content.len() >= SECTION_BYTES_MAX {
+        if budget == 0 {
             break;
         }
-        let mut file = std::fs::read(path)?;
-        file.extend(content);
-        content = file;
+        let mut file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        let from = len.saturating_sub(budget);
+        file.seek(SeekFrom::Start(from))?;
+        let mut tail = Vec::new();
+        file.take(budget).read_to_end(&mut tail)?;
+        budget -= tail.len() as u64;
+        newest_first.push(tail);
     }
-    Ok(content)
+    Ok(newest_first.into_iter().rev().flatten().collect())
 }
 
 fn zip(sections: &[(String, Vec<u8>)], compression: u8) -> zip::result::ZipResult<Vec<u8>> {
@@ -221,6 +229,7 @@ mod tests {
         std::fs::create_dir_all(data.join("logs")).unwrap();
         std::fs::create_dir_all(data.join("runtime")).unwrap();
         std::fs::write(data.join("logs/vireo-server.log"), "a line of log\n").unwrap();
+        assert_eq!(logs(&data.join("logs")).unwrap(), b"a line of log\n");
         std::fs::write(data.join("runtime/current_config.toml"), "[tcp]\naddress = \"x\"\n").unwrap();
         // Every compression the node lets through (not lzma, 5: `node::snapshot_types`).
         for compression in [1, 2, 3, 4, 6] {
@@ -243,6 +252,25 @@ mod tests {
             unzip(&collect(&data, 2, &[5, 4]).unwrap()).into_iter().map(|(name, _)| name).collect();
         assert_eq!(names, ["test.txt"]);
         let _ = std::fs::remove_dir_all(&data);
+    }
+
+    #[test]
+    fn the_logs_keep_their_newest_bytes() {
+        let directory = std::env::temp_dir().join(format!("vireo-snapshot-logs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&directory);
+        std::fs::create_dir_all(&directory).unwrap();
+        std::fs::write(directory.join("a.log"), "older file\n").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut newer = vec![b'x'; SECTION_BYTES_MAX];
+        newer.extend_from_slice(b"the end\n");
+        std::fs::write(directory.join("b.log"), &newer).unwrap();
+        let kept = logs(&directory).unwrap();
+        assert_eq!(kept.len(), SECTION_BYTES_MAX);
+        assert!(kept.ends_with(b"the end\n"));
+        assert!(!kept.windows(5).any(|window| window == b"older"));
+        std::fs::write(directory.join("b.log"), "newer file\n").unwrap();
+        assert_eq!(logs(&directory).unwrap(), b"older file\nnewer file\n");
+        let _ = std::fs::remove_dir_all(&directory);
     }
 
     #[test]
