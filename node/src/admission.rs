@@ -10,7 +10,7 @@
 
 use vireo_io::Namespace;
 use vireo_protocol::config::Bug;
-use vireo_protocol::wire::{self, ConsumerKind, LoginRegister, LoginWithToken, PollMessages, SendMessages};
+use vireo_protocol::wire::{self, ConsumerKind, LoginRegister, LoginWithToken, PollMessages, SendMessagesHead};
 use vireo_storage::partition::PollingStrategy;
 
 use crate::connection::ReplyKind;
@@ -89,19 +89,29 @@ fn partition_ids(metadata: &Metadata, stream: u32, topic: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// A send admitted for a partition group: the batch itself stays where the client's frame
+/// holds it (`RequestBody::Send`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendAdmission {
+    pub group: Namespace,
+    pub partition: u32,
+    pub retention: Retention,
+    pub kind: ReplyKind,
+}
+
 /// send_messages: the user may send to the topic, and the partitioning names a partition of it.
 pub fn admit_send(
     metadata: &Metadata,
     user_id: u32,
-    send: SendMessages,
+    send: &SendMessagesHead,
     cursor: u64,
     bug: Option<Bug>,
-) -> Result<Admitted, u32> {
-    let (stream, topic) = resolve_topic(metadata, send.stream(), send.topic())?;
+) -> Result<SendAdmission, u32> {
+    let (stream, topic) = resolve_topic(metadata, &send.stream, &send.topic)?;
     if bug != Some(Bug::SkipSendPermission) {
         authorize(metadata, user_id, ReadKind::Send { stream, topic })?;
     }
-    let partitioning = match send.partitioning() {
+    let partitioning = match &send.partitioning {
         wire::Partitioning::Balanced => Partitioning::Balanced,
         wire::Partitioning::PartitionId(id) => Partitioning::PartitionId(*id),
         wire::Partitioning::MessagesKey(key) => Partitioning::MessagesKey(key.as_bytes().to_vec()),
@@ -118,10 +128,10 @@ pub fn admit_send(
         // A topic's limit, shared evenly by its partitions (each a group of its own).
         max_bytes: options.max_topic_size.div_ceil(partitions.len() as u64),
     };
-    Ok(Admitted {
+    Ok(SendAdmission {
         group: Namespace::partition(stream, topic, partition),
-        // The batch moves on as it came: a send's megabyte is not copied to be admitted.
-        request: PartitionRequest::Send { partition, retention, batch: send.into_batch() },
+        partition,
+        retention,
         kind: ReplyKind::Send { stream, topic },
     })
 }

@@ -24,8 +24,10 @@ use std::collections::BTreeMap;
 
 use vireo_io::Namespace;
 use vireo_protocol::header::{Header, Origin};
+use vireo_storage::layout::HEADER_SIZE;
 
 use crate::node_io::ConnectionId;
+use crate::partition::request::SEND_BATCH_AT;
 
 /// Requests one connection may have in flight; an Iggy SDK waits for each reply (one), a
 /// client that pipelines past this is refused as busy.
@@ -135,8 +137,48 @@ pub struct InFlight {
     /// The group request's header (its session and number are filled in once the session is
     /// open) and body: what is sent, and sent again until answered.
     pub header: Header,
-    pub body: Vec<u8>,
+    pub body: RequestBody,
     pub sent_tick: u64,
+}
+
+/// The body of a group request in flight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestBody {
+    /// Encoded once: offsets, purges, a few bytes each.
+    Encoded(Vec<u8>),
+    /// A send: the partition request's head, then the client's batch where it sits in the
+    /// client's own frame, which is kept as it came until the send is answered. Each time the
+    /// request goes, its batch is copied once, into the frame that goes (`frame`); the group's
+    /// replica takes that frame as its prepare's body.
+    Send { head: [u8; SEND_BATCH_AT], client_frame: Vec<u8>, batch_at: usize },
+}
+
+impl RequestBody {
+    pub fn len(&self) -> usize {
+        match self {
+            RequestBody::Encoded(body) => body.len(),
+            RequestBody::Send { client_frame, batch_at, .. } => SEND_BATCH_AT + client_frame.len() - batch_at,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame of `header` (sized for this body) and this body, in one buffer.
+    pub fn frame(&self, header: &Header) -> Vec<u8> {
+        assert_eq!(header.size as usize, HEADER_SIZE + self.len());
+        let mut frame = Vec::with_capacity(header.size as usize);
+        frame.extend_from_slice(&header.encode());
+        match self {
+            RequestBody::Encoded(body) => frame.extend_from_slice(body),
+            RequestBody::Send { head, client_frame, batch_at } => {
+                frame.extend_from_slice(head);
+                frame.extend_from_slice(&client_frame[*batch_at..]);
+            }
+        }
+        frame
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -94,7 +94,7 @@ use vireo_protocol::header::{
     encode_frame, group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX,
 };
 use vireo_protocol::request::{batched_requests, OPERATION_REGISTER, OPERATION_UNREGISTER};
-use vireo_protocol::wire::{self, ClientRequest};
+use vireo_protocol::wire::{self, ClientRequest, SendMessagesHead};
 use vireo_protocol::{StateMachine, Status};
 use vireo_storage::batch::BatchHeader;
 use vireo_storage::layout::HEADER_SIZE;
@@ -109,15 +109,18 @@ use crate::admission::{
     STATUS_PARTITION_NOT_FOUND, STATUS_TRANSIENT_NOT_ACCEPTED, STATUS_UNAUTHENTICATED,
 };
 use crate::client_reply::{client_reply_body, node_reply, poll_reply_frame};
-use crate::connection::{Connection, InFlight, Login, PurgeQueue, ReplyKind, Stage, PURGE_WINDOW, RESEND_TICKS};
+use crate::connection::{
+    Connection, InFlight, Login, PurgeQueue, ReplyKind, RequestBody, Stage, PURGE_WINDOW, RESEND_TICKS,
+};
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, ReadKind, UserStatus, SALT_SIZE_BYTES,
 };
 use crate::metadata_plane::{internal_body, purged_topics, LoginProof, MetadataMachine, OPERATION_END_SESSION};
 use crate::node_io::{ConnectionId, LocalRead, MetadataView, NodeIo, ShardMessage};
 use crate::partition::request::{
-    decode_poll_reply, encode_poll_reply, PartitionRequest, PollReply, OPERATION_DELETE_CONSUMER_OFFSET,
-    OPERATION_POLL_MESSAGES, OPERATION_SEND_MESSAGES, OPERATION_STORE_CONSUMER_OFFSET,
+    decode_poll_reply, encode_poll_reply, encode_send_head, PartitionRequest, PollReply,
+    OPERATION_DELETE_CONSUMER_OFFSET, OPERATION_POLL_MESSAGES, OPERATION_SEND_MESSAGES,
+    OPERATION_STORE_CONSUMER_OFFSET,
 };
 use crate::reads::{self, Reader};
 use crate::routing::shard_of;
@@ -430,6 +433,26 @@ pub struct Node {
     pub counters: NodeCounters,
 }
 
+/// A request for a partition group, as admission made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct GroupRequest {
+    group: Namespace,
+    operation: u8,
+    body: RequestBody,
+    kind: ReplyKind,
+}
+
+impl From<Admitted> for GroupRequest {
+    fn from(admitted: Admitted) -> GroupRequest {
+        GroupRequest {
+            group: admitted.group,
+            operation: admitted.request.operation(),
+            body: RequestBody::Encoded(admitted.request.encode()),
+            kind: admitted.kind,
+        }
+    }
+}
+
 impl Node {
     pub fn open(config: NodeConfig, io: &mut impl NodeIo) -> Node {
         assert!(config.connections_max >= 1);
@@ -624,12 +647,12 @@ impl Node {
     }
 
     /// A frame a client sent on `connection`.
-    pub fn on_client_frame(&mut self, io: &mut impl NodeIo, connection: ConnectionId, bytes: &[u8]) {
+    pub fn on_client_frame(&mut self, io: &mut impl NodeIo, connection: ConnectionId, frame: Vec<u8>) {
         if !self.connections.contains_key(&connection) {
             return;
         }
-        // Borrowed: a send's body goes on from the connection's buffer without a copy here.
-        let (header, body) = match Message::decode_borrowed(bytes, false) {
+        // Borrowed: a send's batch stays in the client's frame, which its request in flight keeps.
+        let (header, body) = match Message::decode_borrowed(&frame, false) {
             Ok((header, body)) if header.command == Command::Request && header.client != 0 => (header, body),
             _ => {
                 self.counters.frames_malformed += 1;
@@ -653,7 +676,7 @@ impl Node {
                 self.on_metadata_request(io, connection, header, body.to_vec())
             }
             OPERATION_SEND_MESSAGES | OPERATION_STORE_CONSUMER_OFFSET | OPERATION_DELETE_CONSUMER_OFFSET => {
-                self.on_partition_request(io, connection, header, body)
+                self.on_partition_request(io, connection, header, frame)
             }
             _ => Err(STATUS_INVALID_COMMAND),
         };
@@ -974,7 +997,7 @@ impl Node {
             kind: ReplyKind::Login { user_id },
             stage: Stage::Register,
             header: register,
-            body: proof.encode(),
+            body: RequestBody::Encoded(proof.encode()),
             sent_tick: self.tick,
         };
         let key = conn.track(in_flight);
@@ -1591,7 +1614,7 @@ impl Node {
             kind,
             stage: if queued { Stage::Queued } else { Stage::Sent { request: header.request } },
             header: request,
-            body,
+            body: RequestBody::Encoded(body),
             sent_tick: self.tick,
         };
         let key = conn.track(in_flight);
@@ -1711,19 +1734,30 @@ impl Node {
         io: &mut impl NodeIo,
         connection: ConnectionId,
         header: Header,
-        body: &[u8],
+        frame: Vec<u8>,
     ) -> Result<(), u32> {
+        let body = &frame[HEADER_SIZE..];
         let (client, user_id, _) = self.logged_in(connection)?;
         self.check_size(&header)?;
         let metadata = self.metadata()?;
         let cursor = self.bump_cursor(connection);
         let admitted = match header.operation {
             OPERATION_SEND_MESSAGES => {
-                let Ok(ClientRequest::SendMessages(send)) = ClientRequest::decode(wire::command::SEND_MESSAGES, body)
-                else {
+                let Ok(send) = SendMessagesHead::decode(body) else {
                     return Err(STATUS_INVALID_COMMAND);
                 };
-                admit_send(&metadata, user_id, send, cursor, self.bug())?
+                let admitted = admit_send(&metadata, user_id, &send, cursor, self.bug())?;
+                let request = GroupRequest {
+                    group: admitted.group,
+                    operation: OPERATION_SEND_MESSAGES,
+                    body: RequestBody::Send {
+                        head: encode_send_head(admitted.partition, &admitted.retention),
+                        client_frame: frame,
+                        batch_at: HEADER_SIZE + send.batch_at,
+                    },
+                    kind: admitted.kind,
+                };
+                return self.submit(io, connection, &header, request);
             }
             OPERATION_STORE_CONSUMER_OFFSET => {
                 let Ok(ClientRequest::StoreConsumerOffset { key, offset, .. }) =
@@ -1752,10 +1786,10 @@ impl Node {
         io: &mut impl NodeIo,
         connection: ConnectionId,
         header: &Header,
-        admitted: Admitted,
+        admitted: impl Into<GroupRequest>,
     ) -> Result<(), u32> {
         let client = ClientRef { request: header.request, checksum: header.parent, operation: header.operation };
-        self.submit_as(io, connection, client, admitted, false)
+        self.submit_as(io, connection, client, admitted.into(), false)
     }
 
     /// `child`: a part of a request already admitted (a purge's partition), which may go over
@@ -1765,7 +1799,7 @@ impl Node {
         io: &mut impl NodeIo,
         connection: ConnectionId,
         client: ClientRef,
-        admitted: Admitted,
+        admitted: GroupRequest,
         child: bool,
     ) -> Result<(), u32> {
         let ClientRef { request: client_request, checksum: client_checksum, operation: client_operation } = client;
@@ -1777,10 +1811,10 @@ impl Node {
             return Err(STATUS_TRANSIENT_NOT_ACCEPTED);
         }
         let group = admitted.group;
-        let body = admitted.request.encode();
+        let body = admitted.body;
         let mut request = Header::new(Command::Request, self.config.shard.metadata.cluster, 0);
         request.client = client;
-        request.operation = admitted.request.operation();
+        request.operation = admitted.operation;
         request.user_id = user_id;
         request.group = group_of(group);
         request.origin = Some(conn.origin);
@@ -1857,7 +1891,7 @@ impl Node {
                 // another node (`Header::seal_for_network`).
                 let mut header = in_flight.header;
                 header.seal_header_only(in_flight.body.len());
-                encode_frame(&header, &in_flight.body)
+                in_flight.body.frame(&header)
             }
             // Its group answered; what it waits for are other requests in flight.
             Stage::Fanning => return,
@@ -2224,7 +2258,7 @@ impl Node {
                 request: PartitionRequest::Purge { partition },
                 kind: ReplyKind::PurgePartition { parent: key },
             };
-            if self.submit_as(io, connection, client, admitted, true).is_err() {
+            if self.submit_as(io, connection, client, admitted.into(), true).is_err() {
                 // The login went: nothing more to do for it.
                 return;
             }

@@ -428,7 +428,7 @@ impl World {
             header.operation,
             if header.command_code != 0 { format!(" code={}", header.command_code) } else { String::new() }
         ));
-        self.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frame));
+        self.run(1, |node, io| node.on_client_frame(io, CONNECTION, frame.clone()));
         for _ in 0..50 {
             self.settle();
             if let Some(reply) = self.replies.pop_front() {
@@ -929,7 +929,7 @@ fn a_full_channel_delays_a_request_and_loses_nothing() {
     };
     let frame =
         Message::new(world.header(OPERATION_REGISTER, 0), ClientRequest::LoginRegister(login).encode()).encode();
-    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frame));
+    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, frame.clone()));
     for _ in 0..50 {
         world.settle();
         world.now += 10_000_000;
@@ -1026,12 +1026,12 @@ fn pipeline(bug: Option<Bug>) -> (World, [u64; 2], Vec<Message>, Vec<u128>) {
     }
     // The first of each group crosses to another shard while the channels are full.
     world.channels_full = true;
-    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frames[0].1));
-    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frames[2].1));
-    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frames[4].1));
+    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, frames[0].1.clone()));
+    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, frames[2].1.clone()));
+    world.run(1, |node, io| node.on_client_frame(io, CONNECTION, frames[4].1.clone()));
     world.channels_full = false;
     for at in [1, 3, 5] {
-        world.run(1, |node, io| node.on_client_frame(io, CONNECTION, &frames[at].1));
+        world.run(1, |node, io| node.on_client_frame(io, CONNECTION, frames[at].1.clone()));
     }
     let mut answers = Vec::new();
     for _ in 0..100 {

@@ -144,6 +144,16 @@ impl<'a> Reader<'a> {
 
 /// A send's partition and retention, the part of its body before the batch: `decode` and
 /// `PartitionMachine::prepare` both read a send by this, so they agree on which bodies are sends.
+/// The bytes of a send's body before its batch (`decode_send_head` reads them back).
+pub fn encode_send_head(partition: u32, retention: &Retention) -> [u8; SEND_BATCH_AT] {
+    let mut head = [0u8; SEND_BATCH_AT];
+    head[..4].copy_from_slice(&partition.to_le_bytes());
+    for (index, word) in [retention.segment_size, retention.message_expiry_us, retention.max_bytes].iter().enumerate() {
+        head[4 + index * 8..12 + index * 8].copy_from_slice(&word.to_le_bytes());
+    }
+    head
+}
+
 pub fn decode_send_head(body: &[u8]) -> Result<(u32, Retention), RequestError> {
     let mut reader = Reader { bytes: body, offset: 0 };
     let partition = reader.u32("partition")?;
@@ -187,10 +197,9 @@ impl PartitionRequest {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&self.partition().to_le_bytes());
         match self {
-            PartitionRequest::Send { retention, batch, .. } => {
-                for word in [retention.segment_size, retention.message_expiry_us, retention.max_bytes] {
-                    bytes.extend_from_slice(&word.to_le_bytes());
-                }
+            PartitionRequest::Send { partition, retention, batch } => {
+                bytes.clear();
+                bytes.extend_from_slice(&encode_send_head(*partition, retention));
                 bytes.extend_from_slice(batch)
             }
             PartitionRequest::StoreOffset { consumer, offset, .. } => {

@@ -618,7 +618,7 @@ impl ShardState {
                     self.refused_shutting_down += 1;
                     return;
                 }
-                with_node!(self, |node, sio| node.on_client_frame(&mut sio, connection, &frame));
+                with_node!(self, |node, sio| node.on_client_frame(&mut sio, connection, frame));
             }
             GatewayInput::Closed(connection) => {
                 with_node!(self, |node, sio| node.on_connection_closed(&mut sio, connection));
@@ -657,7 +657,7 @@ impl ShardState {
                         timed.push_back(Timed { request, arrived: now, command });
                     }
                 }
-                with_node!(self, |node, sio| node.on_client_frame(&mut sio, connection, &frame));
+                with_node!(self, |node, sio| node.on_client_frame(&mut sio, connection, frame));
             }
             DriverEvent::Net(NetEvent::Closed { client, reason }) => {
                 let Some(connection) = self.links.by_client.remove(&client) else { return };
@@ -790,7 +790,7 @@ impl ShardState {
                 with_node!(self, |node, sio| node.on_connection_opened(&mut sio, INTERNAL_CONNECTION));
             }
             for frame in std::mem::take(&mut frames) {
-                with_node!(self, |node, sio| node.on_client_frame(&mut sio, INTERNAL_CONNECTION, &frame));
+                with_node!(self, |node, sio| node.on_client_frame(&mut sio, INTERNAL_CONNECTION, frame));
                 self.drain_node_events();
             }
         }

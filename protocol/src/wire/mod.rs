@@ -38,6 +38,7 @@ pub use reply::{
 };
 pub use request::{
     decode_login, ClientRequest, ConsumerOffsetKey, Login, LoginRegister, LoginWithToken, PollMessages, SendMessages,
+    SendMessagesHead,
 };
 
 #[cfg(test)]

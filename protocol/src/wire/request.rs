@@ -127,6 +127,41 @@ impl SendMessages {
     }
 
     fn read(reader: &mut Reader<'_>) -> Result<SendMessages, WireError> {
+        let (head, batch) = SendMessagesHead::read(reader)?;
+        let SendMessagesHead { stream, topic, partitioning, message_count, .. } = head;
+        Ok(SendMessages { stream, topic, partitioning, batch: batch.to_vec(), message_count })
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.put_len_u32(self.metadata_len());
+        self.stream.write(out);
+        self.topic.write(out);
+        self.partitioning.write(out);
+        out.put_u32(self.message_count);
+        out.extend_from_slice(&self.batch);
+    }
+}
+
+/// A send_messages body read without taking its batch: what admission decides by, and where
+/// the batch starts in the body. The batch stays in the client's frame and is copied once,
+/// into the request that goes to its partition group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendMessagesHead {
+    pub stream: Identifier,
+    pub topic: Identifier,
+    pub partitioning: Partitioning,
+    pub message_count: u32,
+    /// Where the batch starts in the body; it runs to the body's end.
+    pub batch_at: usize,
+}
+
+impl SendMessagesHead {
+    /// Checks the whole body as `ClientRequest::decode` does for send_messages.
+    pub fn decode(body: &[u8]) -> Result<SendMessagesHead, WireError> {
+        SendMessagesHead::read(&mut Reader::new(body)).map(|(head, _)| head)
+    }
+
+    fn read<'a>(reader: &mut Reader<'a>) -> Result<(SendMessagesHead, &'a [u8]), WireError> {
         let metadata_len_offset = reader.offset();
         let metadata_len = reader.u32("metadata length")?;
         let metadata_start = reader.offset();
@@ -141,23 +176,14 @@ impl SendMessages {
                 what: "metadata length (bytes of stream, topic, partitioning and message count)",
             });
         }
-        let batch_offset = reader.offset();
+        let batch_at = reader.offset();
         let batch = reader.rest();
         let header: BatchHeader =
-            check_client_batch(batch).map_err(|source| WireError::Batch { offset: batch_offset, source })?;
+            check_client_batch(batch).map_err(|source| WireError::Batch { offset: batch_at, source })?;
         if header.message_count != message_count {
             return Err(WireError::Invalid { offset: count_offset, what: "message count (the batch's message_count)" });
         }
-        Ok(SendMessages { stream, topic, partitioning, batch: batch.to_vec(), message_count })
-    }
-
-    fn write(&self, out: &mut Vec<u8>) {
-        out.put_len_u32(self.metadata_len());
-        self.stream.write(out);
-        self.topic.write(out);
-        self.partitioning.write(out);
-        out.put_u32(self.message_count);
-        out.extend_from_slice(&self.batch);
+        Ok((SendMessagesHead { stream, topic, partitioning, message_count, batch_at }, batch))
     }
 }
 

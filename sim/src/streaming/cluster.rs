@@ -1498,7 +1498,7 @@ impl StreamingCluster {
                 let Some(open) = self.connections.get(&connection).cloned() else { return Ok(()) };
                 self.hash(&[8, connection, checksum64(&bytes)]);
                 with_node!(self, open.node, open.shard, |target, io| target
-                    .on_client_frame(&mut io, connection, &bytes));
+                    .on_client_frame(&mut io, connection, bytes));
                 self.maybe_crash(open.node);
             }
             Event::ToClient { connection, bytes } => {
