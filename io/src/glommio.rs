@@ -467,7 +467,7 @@ fn sync_directory(path: &Path) -> Result<(), IoError> {
 enum DirectOp {
     Write {
         offset: u64,
-        bytes: Vec<u8>,
+        bytes: crate::Bytes,
         token: Token,
     },
     Sync {
@@ -498,10 +498,10 @@ impl DirectFile {
     fn append(
         self: &Rc<Self>,
         offset: u64,
-        parts: &[Vec<u8>],
+        parts: &[crate::Bytes],
     ) -> Result<Option<impl std::future::Future<Output = Result<(), IoError>>>, IoError> {
         let mut state = self.state.borrow_mut();
-        let len: usize = parts.iter().map(Vec::len).sum();
+        let len: usize = parts.iter().map(|part| part.len()).sum();
         if len == 0 {
             return Ok(None);
         }
@@ -925,6 +925,47 @@ fn write_all(handle: &BufferedFile, offset: u64, bytes: &[u8]) -> Result<(), IoE
     Ok(())
 }
 
+/// `write_all` from several buffers, back to back: pwritev(2), again from where a short write
+/// stopped.
+fn write_all_vectored(handle: &BufferedFile, offset: u64, parts: &[crate::Bytes]) -> Result<(), IoError> {
+    use std::os::fd::AsRawFd;
+    let total: usize = parts.iter().map(|part| part.len()).sum();
+    let mut at = 0usize;
+    while at < total {
+        // The parts from `at` on, the first one cut where the last write stopped.
+        let mut skip = at;
+        let iovecs: Vec<libc::iovec> = parts
+            .iter()
+            .filter_map(|part| {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    return None;
+                }
+                let rest = &part[skip..];
+                skip = 0;
+                Some(libc::iovec { iov_base: rest.as_ptr() as *mut libc::c_void, iov_len: rest.len() })
+            })
+            .collect();
+        // SAFETY: pwritev(2) from live buffers (`parts` outlives the call) into a file this
+        // handle keeps open; the iovecs only read them.
+        let written = unsafe {
+            libc::pwritev(handle.as_raw_fd(), iovecs.as_ptr(), iovecs.len() as i32, (offset + at as u64) as i64)
+        };
+        if written < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(io_error(&error));
+        }
+        if written == 0 {
+            return Err(IoError::NoSpace);
+        }
+        at += written as usize;
+    }
+    Ok(())
+}
+
 impl Io for GlommioIo {
     fn now(&self) -> Instant {
         self.epoch_at_start + self.started.elapsed().as_nanos() as u64
@@ -978,7 +1019,7 @@ impl Io for GlommioIo {
         });
     }
 
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+    fn write(&mut self, file: FileId, offset: u64, bytes: crate::Bytes, token: Token) {
         if matches!(file.kind, FileKind::Segment(_)) {
             return self.direct(file, DirectOp::Write { offset, bytes, token });
         }
@@ -990,6 +1031,23 @@ impl Io for GlommioIo {
                     return Ok(());
                 }
                 write_all(&handle, offset, &bytes)
+            }
+            .await;
+            Completion::Write { token, result }
+        });
+    }
+
+    fn write_vectored(&mut self, file: FileId, offset: u64, parts: [crate::Bytes; 2], token: Token) {
+        if matches!(file.kind, FileKind::Segment(_)) {
+            // A direct file's appends are copied into aligned buffers anyway: joined there.
+            let joined: Vec<u8> = [&parts[0][..], &parts[1][..]].concat();
+            return self.direct(file, DirectOp::Write { offset, bytes: joined.into(), token });
+        }
+        let shared = self.shared.clone();
+        self.spawn(async move {
+            let result = async {
+                let Handle::Buffered(handle) = shared.open(file, true).await? else { unreachable!("buffered file") };
+                write_all_vectored(&handle, offset, &parts)
             }
             .await;
             Completion::Write { token, result }

@@ -12,6 +12,10 @@
 
 use std::fmt;
 
+/// A reference-counted byte buffer: what a write is handed, so that the bytes a journal or a
+/// log holds go to the disk without a copy (a slice of a prepare's body is one).
+pub use bytes::Bytes;
+
 #[cfg(all(feature = "glommio", target_os = "linux"))]
 pub mod glommio;
 
@@ -240,7 +244,18 @@ pub trait Io {
 
     /// Writes `bytes` at `offset`, creating the file (and its directories) if need be. Not durable
     /// until a later `sync` of the same file completes.
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token);
+    fn write(&mut self, file: FileId, offset: u64, bytes: Bytes, token: Token);
+
+    /// Writes `parts` back to back at `offset`: one write, as `write` is (one completion, torn
+    /// as one), from buffers that lie apart (a prepare's header and the body its journal shares).
+    /// A driver that can write from several buffers at once does (`pwritev`); by default they
+    /// are joined into one.
+    fn write_vectored(&mut self, file: FileId, offset: u64, parts: [Bytes; 2], token: Token) {
+        let mut joined = Vec::with_capacity(parts[0].len() + parts[1].len());
+        joined.extend_from_slice(&parts[0]);
+        joined.extend_from_slice(&parts[1]);
+        self.write(file, offset, joined.into(), token)
+    }
 
     /// Makes every write to `file` that completed before this call durable, and the file's
     /// existence and size with them. Syncing a file that does not exist (any more) succeeds.
@@ -270,8 +285,17 @@ macro_rules! forward_asks_but_send {
         fn read(&mut self, file: $crate::FileId, offset: u64, len: usize, token: $crate::Token) {
             self.$inner.read(file, offset, len, token)
         }
-        fn write(&mut self, file: $crate::FileId, offset: u64, bytes: Vec<u8>, token: $crate::Token) {
+        fn write(&mut self, file: $crate::FileId, offset: u64, bytes: $crate::Bytes, token: $crate::Token) {
             self.$inner.write(file, offset, bytes, token)
+        }
+        fn write_vectored(
+            &mut self,
+            file: $crate::FileId,
+            offset: u64,
+            parts: [$crate::Bytes; 2],
+            token: $crate::Token,
+        ) {
+            self.$inner.write_vectored(file, offset, parts, token)
         }
         fn sync(&mut self, file: $crate::FileId, token: $crate::Token) {
             self.$inner.sync(file, token)

@@ -58,9 +58,13 @@ impl<I: Io> Io for GroupIo<'_, I> {
         let token = self.mark(token);
         self.io.read(file, offset, len, token)
     }
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+    fn write(&mut self, file: FileId, offset: u64, bytes: vireo_io::Bytes, token: Token) {
         let token = self.mark(token);
         self.io.write(file, offset, bytes, token)
+    }
+    fn write_vectored(&mut self, file: FileId, offset: u64, parts: [vireo_io::Bytes; 2], token: Token) {
+        let token = self.mark(token);
+        self.io.write_vectored(file, offset, parts, token)
     }
     fn sync(&mut self, file: FileId, token: Token) {
         let token = self.mark(token);

@@ -402,7 +402,7 @@ impl StateMachine for MetadataMachine {
         Ok(())
     }
 
-    fn apply(&mut self, _op: u64, timestamp: u64, request: &Header, user_id: u32, body: &[u8]) -> Vec<u8> {
+    fn apply(&mut self, _op: u64, timestamp: u64, request: &Header, user_id: u32, body: &vireo_io::Bytes) -> Vec<u8> {
         let result = MetadataMachine::command(request, body)
             .and_then(|command| self.metadata.apply(user_id, timestamp, &command).map_err(|error| error.code()));
         encode_reply(&self.metadata, result)

@@ -1490,7 +1490,7 @@ impl Node {
         for (prepare, body) in replica.prepares_past_commit() {
             for request in batched_requests(body) {
                 let user_id = request.header.user_id;
-                ahead.apply(prepare.op, prepare.timestamp, &request.header, user_id, request.body);
+                ahead.apply(prepare.op, prepare.timestamp, &request.header, user_id, &body.slice_ref(request.body));
             }
         }
         let plan = ahead.plan_read(partition, consumer, strategy, count);

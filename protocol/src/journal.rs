@@ -8,12 +8,15 @@
 
 use crate::elided::ElidedBody;
 use crate::header::{encode_frame, Command, Header};
+use vireo_io::Bytes;
 use vireo_storage::layout::{WalLayout, HEADER_SIZE};
 
 #[derive(Clone, Debug)]
 pub struct Entry {
     pub header: Header,
-    pub body: Option<Vec<u8>>,
+    /// Shared: the WAL writes it, the external log appends slices of it, and the state machine
+    /// keeps slices of it, all without a copy.
+    pub body: Option<Bytes>,
     /// The prepare and its redundant header are on stable storage.
     pub durable: bool,
     /// Recovered from its redundant header alone: this replica once held the prepare durably and
@@ -23,8 +26,8 @@ pub struct Entry {
 
 impl Entry {
     /// A whole prepare not yet on stable storage.
-    pub fn prepare(header: Header, body: Vec<u8>) -> Entry {
-        Entry { header, body: Some(body), durable: false, faulty: false }
+    pub fn prepare(header: Header, body: impl Into<Bytes>) -> Entry {
+        Entry { header, body: Some(body.into()), durable: false, faulty: false }
     }
 
     /// A prepare known by its header only (from a view change, or a peer's headers).

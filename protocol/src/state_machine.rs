@@ -2,6 +2,7 @@
 
 use crate::elided::ExternalSpan;
 use crate::header::Header;
+use vireo_io::Bytes;
 
 /// A deterministic state machine. Every replica applies the same requests in the same order and
 /// must reach the same state: nothing here may read a clock, a file or a random source.
@@ -14,15 +15,16 @@ pub trait StateMachine: Sized {
 
     /// Applies one committed request and returns its reply body. `request` is the client's
     /// request header (client, session, request number, operation, command code); `user_id` is
-    /// the user its session registered as (the node vouched for it at register time).
-    fn apply(&mut self, op: u64, timestamp: u64, request: &Header, user_id: u32, body: &[u8]) -> Vec<u8>;
+    /// the user its session registered as (the node vouched for it at register time). `body` is
+    /// a slice of the prepare's shared body: a machine may keep (a slice of) it without a copy.
+    fn apply(&mut self, op: u64, timestamp: u64, request: &Header, user_id: u32, body: &Bytes) -> Vec<u8>;
 
     /// A committed request the client table skipped (its session was evicted by an op in
     /// between, or it was already applied): no reply comes of it. What `prepare` decided for it
     /// may still stand: a partition keeps a send's batch at the offsets the primary stamped, so
     /// that its log goes on exactly as the prepares said (the client hears of an eviction, and
     /// may find its messages stored: at least once). Most state machines do nothing.
-    fn apply_skipped(&mut self, _op: u64, _timestamp: u64, _request: &Header, _body: &[u8]) {}
+    fn apply_skipped(&mut self, _op: u64, _timestamp: u64, _request: &Header, _body: &Bytes) {}
 
     /// Whether a committed register (a login) may open its session, checked as it applies so
     /// that a credential revoked before it commits is refused on every replica alike. `Err` is

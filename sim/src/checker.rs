@@ -148,7 +148,7 @@ impl Checker {
                 continue;
             }
             if let RequestOutcome::New = self.model_table.outcome(header.client, header.session, header.request) {
-                let reply = self.model.apply(op, 0, &header, 0, request.body);
+                let reply = self.model.apply(op, 0, &header, 0, &vireo_io::Bytes::copy_from_slice(request.body));
                 let entry = ClientEntry {
                     session: header.session,
                     user_id: 0,
@@ -248,14 +248,26 @@ mod tests {
         checker.on_commit(0, 1, 11, 0, Some(&register)).unwrap();
         assert!(checker.on_commit(1, 1, 12, 0, None).is_err(), "a second prepare for op 1 must be caught");
         let mut log = RegisterLog::empty();
-        let reply = log.apply(2, 0, &crate::register_log::append_request(9), 0, &5u64.to_le_bytes());
+        let reply = log.apply(
+            2,
+            0,
+            &crate::register_log::append_request(9),
+            0,
+            &vireo_io::Bytes::copy_from_slice(&5u64.to_le_bytes()),
+        );
         checker.on_commit(0, 2, 21, log.digest(), Some(&prepare_body(9, 1, 1, 5))).unwrap();
         checker.on_reply(9, 1, 1, 2, reply.clone()).unwrap();
         assert!(checker.on_reply(9, 1, 2, 2, reply).is_err(), "a reply for a request never applied must be caught");
         // The same request again at op 3: the model skips it, so a replica whose digest moved
         // (it applied it twice) is caught.
         let mut twice = log.clone();
-        twice.apply(3, 0, &crate::register_log::append_request(9), 0, &5u64.to_le_bytes());
+        twice.apply(
+            3,
+            0,
+            &crate::register_log::append_request(9),
+            0,
+            &vireo_io::Bytes::copy_from_slice(&5u64.to_le_bytes()),
+        );
         let result = checker.on_commit(0, 3, 31, twice.digest(), Some(&prepare_body(9, 1, 1, 5)));
         assert!(result.is_err(), "a retried request applied twice must be caught");
     }

@@ -80,8 +80,8 @@ impl Io for LocalWorld {
         self.complete_after(10_000, 100_000, token, DiskRequest::Read { file, offset, len });
     }
 
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
-        let id = self.disk.submit_write(file, offset, bytes);
+    fn write(&mut self, file: FileId, offset: u64, bytes: vireo_io::Bytes, token: Token) {
+        let id = self.disk.submit_write(file, offset, bytes.to_vec());
         self.complete_after(10_000, 200_000, token, DiskRequest::Write { id });
     }
 

@@ -47,9 +47,9 @@ pub fn append_request(client: u128) -> Header {
 }
 
 impl StateMachine for RegisterLog {
-    fn apply(&mut self, _op: u64, _timestamp: u64, request: &Header, _user_id: u32, body: &[u8]) -> Vec<u8> {
+    fn apply(&mut self, _op: u64, _timestamp: u64, request: &Header, _user_id: u32, body: &vireo_io::Bytes) -> Vec<u8> {
         let client = request.client;
-        let value = match (request.operation, body.try_into()) {
+        let value = match (request.operation, body[..].try_into()) {
             (OPERATION_APPEND, Ok(bytes)) => u64::from_le_bytes(bytes),
             // Anything else is a no-op with an empty reply: still deterministic.
             _ => return Vec::new(),
@@ -109,14 +109,38 @@ mod tests {
     #[test]
     fn snapshot_round_trip_and_digest_chain() {
         let mut log = RegisterLog::empty();
-        let first = log.apply(1, 0, &crate::register_log::append_request(7), 0, &5u64.to_le_bytes());
-        let second = log.apply(2, 0, &crate::register_log::append_request(8), 0, &6u64.to_le_bytes());
+        let first = log.apply(
+            1,
+            0,
+            &crate::register_log::append_request(7),
+            0,
+            &vireo_io::Bytes::copy_from_slice(&5u64.to_le_bytes()),
+        );
+        let second = log.apply(
+            2,
+            0,
+            &crate::register_log::append_request(8),
+            0,
+            &vireo_io::Bytes::copy_from_slice(&6u64.to_le_bytes()),
+        );
         assert_ne!(first, second);
         let restored = RegisterLog::restore(&log.snapshot()).unwrap();
         assert_eq!(restored, log);
         let mut twice = RegisterLog::empty();
-        twice.apply(1, 0, &crate::register_log::append_request(7), 0, &5u64.to_le_bytes());
-        twice.apply(2, 0, &crate::register_log::append_request(7), 0, &5u64.to_le_bytes());
+        twice.apply(
+            1,
+            0,
+            &crate::register_log::append_request(7),
+            0,
+            &vireo_io::Bytes::copy_from_slice(&5u64.to_le_bytes()),
+        );
+        twice.apply(
+            2,
+            0,
+            &crate::register_log::append_request(7),
+            0,
+            &vireo_io::Bytes::copy_from_slice(&5u64.to_le_bytes()),
+        );
         assert_ne!(twice.digest(), log.digest());
     }
 }

@@ -90,8 +90,8 @@ impl<E: SimEvent> Io for SimIo<'_, E> {
         self.complete(latency, DiskRequest::Read { file, offset, len }, token);
     }
 
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
-        let id = self.disk.submit_write(file, offset, bytes);
+    fn write(&mut self, file: FileId, offset: u64, bytes: vireo_io::Bytes, token: Token) {
+        let id = self.disk.submit_write(file, offset, bytes.to_vec());
         let latency = self.latency(20_000, 200_000);
         self.complete(latency, DiskRequest::Write { id }, token);
     }

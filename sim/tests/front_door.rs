@@ -130,9 +130,9 @@ impl Io for ShardIo<'_> {
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
         world_side(|| self.asks.disk.push((token, DiskRequest::Read { file, offset, len })));
     }
-    fn write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>, token: Token) {
+    fn write(&mut self, file: FileId, offset: u64, bytes: vireo_io::Bytes, token: Token) {
         world_side(|| {
-            let id = self.disk.submit_write(file, offset, bytes);
+            let id = self.disk.submit_write(file, offset, bytes.to_vec());
             self.asks.disk.push((token, DiskRequest::Write { id }));
         });
     }

@@ -522,14 +522,17 @@ fn stamped_appends_must_continue_the_log_and_cuts_must_start_a_batch() {
         bytes
     };
     let world = &mut harness.world;
-    assert_eq!(harness.log.append_stamped(world, stamped(6, 0)), Err(AppendError::NotNext { expected: 5, found: 6 }));
     assert_eq!(
-        harness.log.append_stamped(world, stamped(5, 1)),
+        harness.log.append_stamped(world, stamped(6, 0).into()),
+        Err(AppendError::NotNext { expected: 5, found: 6 })
+    );
+    assert_eq!(
+        harness.log.append_stamped(world, stamped(5, 1).into()),
         Err(AppendError::WrongPartition { expected: 0, found: 1 })
     );
     // Writes in flight: a cut waits for them.
     assert_eq!(harness.log.truncate(world, 0), Err(TruncateError::Busy));
-    let appended = harness.log.append_stamped(world, stamped(5, 0)).unwrap();
+    let appended = harness.log.append_stamped(world, stamped(5, 0).into()).unwrap();
     assert_eq!((appended.base_offset, appended.last_offset), (5, 5));
     harness.settle();
     let world = &mut harness.world;

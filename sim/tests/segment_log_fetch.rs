@@ -38,10 +38,10 @@ fn send(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>) -> 
     let mut body = request.encode();
     let timestamp = op * 1_000_000;
     machine.prepare(machine.prepare_cursor(), timestamp, &header, &mut body);
-    let reply = machine.apply(op, timestamp, &header, 0, &body);
+    let reply = machine.apply(op, timestamp, &header, 0, &body.into());
     assert_eq!(reply[..4], [0; 4], "stored");
     let (_, batch) = machine.take_applied().expect("applied");
-    batch
+    batch.to_vec()
 }
 
 /// Runs the disk until nothing is in flight, then lets the log follow the machine once more.

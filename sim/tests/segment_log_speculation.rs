@@ -3,7 +3,7 @@
 //! head went back) is cut, and what commits is checked against the machine's directory before
 //! the log reports it durable.
 
-use vireo_io::{Io, Namespace, Peer};
+use vireo_io::{Bytes, Io, Namespace, Peer};
 use vireo_node::partition::request::{PartitionRequest, Retention, OPERATION_SEND_MESSAGES};
 use vireo_node::partition::segment_log::{Prepares, SegmentLog};
 use vireo_node::partition::PartitionMachine;
@@ -27,7 +27,7 @@ impl Io for Node {
 }
 
 /// One send request of `ids`, stamped by a primary at `cursor`: the prepare's header and body.
-fn prepare(machine: &PartitionMachine, op: u64, cursor: u64, ids: std::ops::Range<u128>) -> (Header, Vec<u8>) {
+fn prepare(machine: &PartitionMachine, op: u64, cursor: u64, ids: std::ops::Range<u128>) -> (Header, Bytes) {
     let mut builder = BatchBuilder::new();
     for id in ids {
         builder.push(id, &id.to_le_bytes(), b"");
@@ -44,7 +44,7 @@ fn prepare(machine: &PartitionMachine, op: u64, cursor: u64, ids: std::ops::Rang
     header.cursor = next;
     header.count = 1;
     let message = Message::new(header, Message::new(request, body).encode());
-    (message.header, message.body)
+    (message.header, message.body.into())
 }
 
 /// A journal as a replica's, reduced to what the segment log reads of it.
@@ -52,7 +52,7 @@ struct Journal {
     machine: PartitionMachine,
     commit_min: u64,
     /// The prepare of op `index + 1`.
-    prepares: Vec<(Header, Vec<u8>)>,
+    prepares: Vec<(Header, Bytes)>,
 }
 
 impl Journal {
@@ -77,7 +77,7 @@ impl Journal {
     fn commit(&mut self, op: u64) {
         for (header, body) in &self.prepares[self.commit_min as usize..op as usize] {
             let request = Header::decode(body).unwrap();
-            let reply = self.machine.apply(header.op, header.timestamp, &request, 0, &body[256..]);
+            let reply = self.machine.apply(header.op, header.timestamp, &request, 0, &body.slice(256..));
             assert_eq!(reply[..4], [0; 4], "stored");
         }
         self.commit_min = op;
@@ -97,9 +97,9 @@ impl Prepares for Journal {
         self.prepares.len() as u64
     }
 
-    fn prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)> {
+    fn prepare(&self, op: u64) -> Option<(&Header, Option<&Bytes>)> {
         let (header, body) = self.prepares.get(op.checked_sub(1)? as usize)?;
-        Some((header, Some(body.as_slice())))
+        Some((header, Some(body)))
     }
 }
 

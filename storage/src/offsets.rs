@@ -192,7 +192,7 @@ impl ConsumerOffsets {
             ((sequence % 2) * SLOT_SIZE as u64, encode_slot(sequence, offset))
         };
         let token = self.token(Op::Write(consumer));
-        io.write(self.file(consumer), at, record, token);
+        io.write(self.file(consumer), at, record.into(), token);
     }
 
     pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {

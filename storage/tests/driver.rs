@@ -237,7 +237,7 @@ fn segment_writes_go_to_the_ring_the_executor_sleeps_on() {
         let _ = glommio::executor().io_stats();
         let file = vireo_io::FileId::new(Namespace::partition(0, 0, 0), vireo_io::FileKind::Segment(0));
         for round in 0..4u64 {
-            io.write(file, round * 4096, vec![round as u8; 4096], vireo_io::Token(round));
+            io.write(file, round * 4096, vec![round as u8; 4096].into(), vireo_io::Token(round));
             io.next_completion().await.expect("the write completes");
         }
         let stats = glommio::executor().io_stats();

@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use vireo_io::Bytes;
 use vireo_protocol::elided::ExternalSpan;
 use vireo_protocol::request::batched_requests;
 use vireo_protocol::{Header, StateMachine};
@@ -77,7 +78,7 @@ impl BatchEntry {
 /// Batches applied and not yet taken by the segment log (`take_applied`). Not part of the
 /// replicated state: equality ignores it, snapshots and digests leave it out.
 #[derive(Clone, Debug, Default)]
-struct Applied(VecDeque<(u64, Vec<u8>)>);
+struct Applied(VecDeque<(u64, Bytes)>);
 
 impl PartialEq for Applied {
     fn eq(&self, _: &Applied) -> bool {
@@ -212,7 +213,7 @@ impl PartitionMachine {
 
     /// The next batch applied and not yet taken, oldest first: (base offset, stamped bytes). The
     /// group's segment log takes each after every step of its replica.
-    pub fn take_applied(&mut self) -> Option<(u64, Vec<u8>)> {
+    pub fn take_applied(&mut self) -> Option<(u64, Bytes)> {
         self.applied.0.pop_front()
     }
 
@@ -232,15 +233,18 @@ impl PartitionMachine {
         &mut self,
         partition: u32,
         retention: Retention,
-        mut bytes: Vec<u8>,
+        mut bytes: Bytes,
         timestamp_us: u64,
     ) -> Result<SendReply, PartitionStatus> {
         if stamped_send(&bytes, partition, self.next_offset, timestamp_us).is_none() {
             // Stamped for another place: a send the primary counted before it was not applied
             // (its session was evicted by an op in between, so the client table skipped it).
             // Every replica stamps it again here, alike, and the primary's cursor is ahead of
-            // the log until its pipeline drains (`prepare_cursor_at_head`).
-            let _ = batch::stamp(&mut bytes, partition as u64, self.next_offset, timestamp_us);
+            // the log until its pipeline drains (`prepare_cursor_at_head`). A copy: the
+            // prepare's body stays as it was prepared.
+            let mut restamped = bytes.to_vec();
+            let _ = batch::stamp(&mut restamped, partition as u64, self.next_offset, timestamp_us);
+            bytes = restamped.into();
         }
         let header =
             stamped_send(&bytes, partition, self.next_offset, timestamp_us).ok_or(PartitionStatus::InvalidBatch)?;
@@ -445,17 +449,22 @@ impl PartitionMachine {
         Ok(())
     }
 
-    fn execute(&mut self, timestamp_us: u64, operation: u8, body: &[u8]) -> Vec<u8> {
+    fn execute(&mut self, timestamp_us: u64, operation: u8, body: &Bytes) -> Vec<u8> {
+        if operation == OPERATION_SEND_MESSAGES {
+            // The batch is kept as a slice of the prepare's body: applying a send copies nothing.
+            let Ok((partition, retention)) = decode_send_head(body) else {
+                return encode_status(Some(PartitionStatus::Malformed));
+            };
+            return match self.send(partition, retention, body.slice(SEND_BATCH_AT..), timestamp_us) {
+                Ok(reply) => encode_send_reply(&reply),
+                Err(status) => encode_status(Some(status)),
+            };
+        }
         let Ok(request) = PartitionRequest::decode(operation, body) else {
             return encode_status(Some(PartitionStatus::Malformed));
         };
         match request {
-            PartitionRequest::Send { partition, retention, batch } => {
-                match self.send(partition, retention, batch, timestamp_us) {
-                    Ok(reply) => encode_send_reply(&reply),
-                    Err(status) => encode_status(Some(status)),
-                }
-            }
+            PartitionRequest::Send { .. } => unreachable!("a send is applied from the prepare's body, above"),
             PartitionRequest::Poll { partition, consumer, strategy, count, auto_commit } => {
                 match self.poll(partition, consumer, strategy, count, auto_commit) {
                     Ok(reply) => encode_poll_reply(&reply),
@@ -525,7 +534,7 @@ impl PartitionMachine {
 impl StateMachine for PartitionMachine {
     const EXTERNAL_LOG: bool = true;
 
-    fn apply(&mut self, op: u64, timestamp: u64, request: &Header, _user_id: u32, body: &[u8]) -> Vec<u8> {
+    fn apply(&mut self, op: u64, timestamp: u64, request: &Header, _user_id: u32, body: &Bytes) -> Vec<u8> {
         // Prepare timestamps are nanoseconds; message timestamps are microseconds.
         let reply = self.execute(timestamp / 1000, request.operation, body);
         let mut link = [0u8; 24];
@@ -540,14 +549,14 @@ impl StateMachine for PartitionMachine {
     /// A send the client table skipped still holds the offsets its primary stamped it at: the
     /// batch is stored there, so that the log goes on as the prepares say (the segment log wrote
     /// it there as the prepare came).
-    fn apply_skipped(&mut self, op: u64, timestamp: u64, request: &Header, body: &[u8]) {
+    fn apply_skipped(&mut self, op: u64, timestamp: u64, request: &Header, body: &Bytes) {
         let PreparedSend::Batch { batch, retention, .. } =
             prepared_send(request.operation, body, self.next_offset, timestamp)
         else {
             return;
         };
         let Ok((partition, _)) = decode_send_head(body) else { return };
-        let stored = self.send(partition, retention, batch.to_vec(), timestamp / 1000);
+        let stored = self.send(partition, retention, body.slice_ref(batch), timestamp / 1000);
         debug_assert!(stored.is_ok(), "a stamped send is stored");
         let mut link = [0u8; 16];
         link[..8].copy_from_slice(&self.digest.to_le_bytes());
@@ -770,7 +779,7 @@ mod tests {
         header.operation = operation;
         let timestamp = op * 1_000_000;
         let cursor = machine.prepare(machine.prepare_cursor(), timestamp, &header, &mut body);
-        (cursor, machine.apply(op, timestamp, &header, 0, &body))
+        (cursor, machine.apply(op, timestamp, &header, 0, &body.into()))
     }
 
     fn send(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>) {
@@ -889,7 +898,7 @@ mod tests {
         let stamped = BatchHeader::decode(&body[SEND_BATCH_AT..]).unwrap();
         assert_eq!((stamped.base_offset, stamped.base_timestamp), (3, 2_000));
         batch::validate(&body[SEND_BATCH_AT..]).unwrap();
-        machine.apply(2, 2_000_000, &header, 0, &body);
+        machine.apply(2, 2_000_000, &header, 0, &body.clone().into());
         let applied: Vec<_> = std::iter::from_fn(|| machine.take_applied()).collect();
         assert_eq!(applied.last().unwrap().1, &body[SEND_BATCH_AT..]);
         let entry = machine.batch_at(3).unwrap();
@@ -932,7 +941,7 @@ mod tests {
         assert_eq!(machine.prepare(cursor, 4_000_000, &header, &mut applied), 5);
         assert_eq!(BatchHeader::decode(&applied[SEND_BATCH_AT..]).unwrap().base_offset, 2);
         // The first is skipped at commit; the second is stored at 0.
-        let reply = machine.apply(1, 4_000_000, &header, 0, &applied);
+        let reply = machine.apply(1, 4_000_000, &header, 0, &applied.clone().into());
         assert_eq!(reply[..4], [0; 4], "stored");
         let (base, stored) = machine.take_applied().unwrap();
         assert_eq!((base, BatchHeader::decode(&stored).unwrap().base_offset), (0, 0));

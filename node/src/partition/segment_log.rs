@@ -35,7 +35,7 @@
 //! dropped: the peer asks again), the batches it checks by the log's `tail_batches_max`.
 
 use std::collections::{BTreeMap, VecDeque};
-use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer};
+use vireo_io::{Bytes, Completion, FileId, FileKind, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_of, Command, Header, Message};
 use vireo_protocol::replica::{FillsWanted, LogMark};
@@ -128,7 +128,7 @@ pub trait Prepares {
     /// The newest op the journal holds.
     fn head_op(&self) -> u64;
     /// The prepare of `op`: its header, and its body if the journal holds it.
-    fn prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)>;
+    fn prepare(&self, op: u64) -> Option<(&Header, Option<&Bytes>)>;
 }
 
 impl Prepares for Replica<PartitionMachine> {
@@ -144,7 +144,7 @@ impl Prepares for Replica<PartitionMachine> {
         self.op()
     }
 
-    fn prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)> {
+    fn prepare(&self, op: u64) -> Option<(&Header, Option<&Bytes>)> {
         self.journal_prepare(op)
     }
 }
@@ -188,7 +188,7 @@ pub struct SegmentLog {
     end_at_tick: u64,
     /// Batches the machine applied that the log does not hold yet (synced when `enforced`, else
     /// written): (base, end, bytes), oldest first, contiguous.
-    pending: VecDeque<(u64, u64, Vec<u8>)>,
+    pending: VecDeque<(u64, u64, Bytes)>,
     /// Every message below is the committed log, as the machine's directory names it; the
     /// batches from here to the log's end were appended from prepares not committed yet (or came
     /// back from the files after a crash) and are checked as they commit.
@@ -625,7 +625,7 @@ impl SegmentLog {
             if machine.starts_segment(header.base_offset) {
                 seal_before(log, io, self.bug, &mut self.counters);
             }
-            match log.append_stamped(io, stored.to_vec()) {
+            match log.append_stamped(io, Bytes::copy_from_slice(stored)) {
                 Ok(_) => {
                     appended += 1;
                     self.counters.batches_fetched += 1;
@@ -1217,7 +1217,8 @@ impl SegmentLog {
                     if seal_due {
                         seal_before(log, io, self.bug, &mut self.counters);
                     }
-                    match log.append_stamped(io, batch.to_vec()) {
+                    // A slice of the prepare's shared body: the batch is not copied to be appended.
+                    match log.append_stamped(io, body.slice_ref(batch)) {
                         Ok(_) => {
                             self.counters.batches_appended += 1;
                             self.counters.batches_speculated += 1;

@@ -15,14 +15,14 @@ use std::collections::VecDeque;
 
 use vireo_io::{Completion, Io, Token};
 use vireo_storage::checksum::checksum64;
-use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file};
+use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file, HEADER_SIZE};
 use vireo_storage::superblock::{Superblock, VsrState};
 
 use super::{Replica, ReplicaEvent, Status};
 use crate::client_table::ClientTable;
 use crate::config::Bug;
 use crate::elided::ElidedBody;
-use crate::journal::{elided_prepare_bytes, prepare_bytes};
+use crate::journal::elided_prepare_bytes;
 use crate::state_machine::StateMachine;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -290,6 +290,7 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         assert!(self.wal.batch.is_empty());
+        assert_eq!(self.wal.outstanding, 0);
         let limit = self.wal_op_limit();
         while let Some(&op) = self.wal.queue.front() {
             if self.wal.batch.len() == self.config.write_batch_max {
@@ -310,19 +311,24 @@ impl<S: StateMachine> Replica<S> {
             self.wal.queue.pop_front();
             let body = entry.body.as_ref().expect("checked");
             let spans = if self.elides() { S::external_spans(&entry.header, body) } else { Vec::new() };
-            let bytes = if spans.is_empty() {
-                prepare_bytes(&entry.header, body)
-            } else {
-                elided_prepare_bytes(&entry.header, &ElidedBody::of(body, &spans))
-            };
-            assert!(bytes.len() as u64 <= self.config.prepare_size_max);
             let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
+            let file = wal_file(self.config.namespace);
             self.wal.batch.push((op, entry.header.checksum));
-            io.write(wal_file(self.config.namespace), offset, bytes, token(TokenKind::Wal, op));
+            if spans.is_empty() {
+                // One write from the header and the body the journal shares: the body is never
+                // copied into a slot-sized buffer first.
+                assert!((HEADER_SIZE + body.len()) as u64 <= self.config.prepare_size_max);
+                let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
+                io.write_vectored(file, offset, [header, body.clone()], token(TokenKind::Wal, op));
+            } else {
+                let bytes = elided_prepare_bytes(&entry.header, &ElidedBody::of(body, &spans));
+                assert!(bytes.len() as u64 <= self.config.prepare_size_max);
+                io.write(file, offset, bytes.into(), token(TokenKind::Wal, op));
+            }
+            self.wal.outstanding += 1;
         }
         if !self.wal.batch.is_empty() {
             self.wal.stage = WalStage::Prepares;
-            self.wal.outstanding = self.wal.batch.len();
         }
     }
 
@@ -409,7 +415,7 @@ impl<S: StateMachine> Replica<S> {
             io.write(
                 wal_file(self.config.namespace),
                 offset,
-                entry.header.encode().to_vec(),
+                vireo_io::Bytes::copy_from_slice(&entry.header.encode()),
                 token(TokenKind::Wal, *op),
             );
             outstanding += 1;
@@ -528,7 +534,7 @@ impl<S: StateMachine> Replica<S> {
         io.write(
             superblock_files(self.config.namespace)[first],
             0,
-            superblock.encode(),
+            superblock.encode().into(),
             token(TokenKind::Superblock, first as u64),
         );
         self.superblock.writing = Some(superblock);
@@ -556,7 +562,7 @@ impl<S: StateMachine> Replica<S> {
                 io.write(
                     superblock_files(self.config.namespace)[second],
                     0,
-                    writing.encode(),
+                    writing.encode().into(),
                     token(TokenKind::Superblock, second as u64),
                 );
                 SuperblockStage::WritingSecond
@@ -714,7 +720,7 @@ impl<S: StateMachine> Replica<S> {
         let (size, checksum64) = (bytes.len() as u64, checksum64(&bytes));
         let record = CheckpointRecord { op, checksum, size, checksum64, region, mark };
         let offset = snapshot_region_offset(region, self.config.snapshot_size_max);
-        io.write(snapshot_file(self.config.namespace), offset, bytes.clone(), token(TokenKind::Snapshot, 0));
+        io.write(snapshot_file(self.config.namespace), offset, bytes.clone().into(), token(TokenKind::Snapshot, 0));
         self.snapshot.writing = Some((record, bytes));
         self.snapshot.stage = SnapshotStage::Writing;
     }

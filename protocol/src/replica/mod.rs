@@ -386,8 +386,8 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// The journal's prepare of `op`: its header, and its body unless only the header is here.
-    pub fn journal_prepare(&self, op: u64) -> Option<(&Header, Option<&[u8]>)> {
-        self.journal.get(op).map(|entry| (&entry.header, entry.body.as_deref()))
+    pub fn journal_prepare(&self, op: u64) -> Option<(&Header, Option<&vireo_io::Bytes>)> {
+        self.journal.get(op).map(|entry| (&entry.header, entry.body.as_ref()))
     }
 
     /// Whether the journal knows the prepare (op, checksum), by its body or by its header alone
@@ -404,10 +404,10 @@ impl<S: StateMachine> Replica<S> {
 
     /// The prepares this replica holds past its last executed op, in op order, as far as their
     /// bodies are here: not committed as far as it knows. For a planted bug that serves them.
-    pub fn prepares_past_commit(&self) -> impl Iterator<Item = (&Header, &[u8])> {
+    pub fn prepares_past_commit(&self) -> impl Iterator<Item = (&Header, &vireo_io::Bytes)> {
         (self.commit_min + 1..=self.op).map_while(|op| {
             let entry = self.journal.get(op)?;
-            Some((&entry.header, entry.body.as_deref()?))
+            Some((&entry.header, entry.body.as_ref()?))
         })
     }
 

@@ -493,7 +493,8 @@ impl<S: StateMachine> Replica<S> {
                     // The node that admitted the request stamped the user its connection is logged
                     // in as (a client re-logging in as someone else keeps its client id).
                     let user_id = request.header.user_id;
-                    let reply = self.state_machine.apply(op, header.timestamp, &request.header, user_id, request.body);
+                    let shared = body.slice_ref(request.body);
+                    let reply = self.state_machine.apply(op, header.timestamp, &request.header, user_id, &shared);
                     let entry = ClientEntry {
                         session: request.header.session,
                         user_id,
@@ -515,16 +516,31 @@ impl<S: StateMachine> Replica<S> {
                         let entry = entry.clone();
                         self.send_reply(io, &request.header, request.header.request, &entry);
                     }
-                    self.state_machine.apply_skipped(op, header.timestamp, &request.header, request.body);
+                    self.state_machine.apply_skipped(
+                        op,
+                        header.timestamp,
+                        &request.header,
+                        &body.slice_ref(request.body),
+                    );
                 }
                 RequestOutcome::Stale => {
-                    self.state_machine.apply_skipped(op, header.timestamp, &request.header, request.body);
+                    self.state_machine.apply_skipped(
+                        op,
+                        header.timestamp,
+                        &request.header,
+                        &body.slice_ref(request.body),
+                    );
                 }
                 RequestOutcome::Evicted => {
                     if primary {
                         self.send_eviction(io, &request.header);
                     }
-                    self.state_machine.apply_skipped(op, header.timestamp, &request.header, request.body);
+                    self.state_machine.apply_skipped(
+                        op,
+                        header.timestamp,
+                        &request.header,
+                        &body.slice_ref(request.body),
+                    );
                 }
             }
         }
@@ -590,8 +606,8 @@ impl<S: StateMachine> Replica<S> {
             let entry = &self.pipeline[index];
             let missing = all & !entry.acks & !(1 << self.replica);
             let Some(journal_entry) = self.journal.get_exact(entry.op, entry.checksum) else { continue };
-            let Some(body) = journal_entry.body.clone() else { continue };
-            let message = Message { header: journal_entry.header, body };
+            let Some(body) = &journal_entry.body else { continue };
+            let message = Message { header: journal_entry.header, body: body.to_vec() };
             for to in 0..self.replica_count() {
                 if missing & (1 << to) != 0 {
                     self.send(io, to, &message);

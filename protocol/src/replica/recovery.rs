@@ -44,6 +44,7 @@ const PREPARE_HEAD_BYTES: usize = HEADER_SIZE + crate::elided::ENCODED_HEAD;
 const WIPE_LIST: u64 = 4;
 const WIPE_REMOVE: u64 = 5;
 const WIPE_REMOVE_SUPERBLOCK: u64 = 6;
+const WIPE_REMOVE_SUPERBLOCK_LAST: u64 = 7;
 // Below bit 40: a shard marks bits 40..56 of a token with the group it belongs to.
 const READ_SHIFT: u32 = 32;
 
@@ -66,6 +67,9 @@ pub struct Opening {
     /// Reads of each slot's header and prepare so far.
     wal_attempts: Vec<(u8, u8)>,
     outstanding: usize,
+    /// While an earlier incarnation's files are wiped: the superblock copy recovery read it from
+    /// (0 a, 1 b), removed last.
+    wipe_superblock_last: usize,
     /// The WAL's slots as recovered, while elided prepares among them wait for the external log
     /// to give back their spans (`fills_wanted`, `fill`).
     awaiting_fill: Option<Vec<RecoveredSlot>>,
@@ -323,6 +327,9 @@ impl<S: StateMachine> Replica<S> {
     /// Removes an earlier incarnation's files from the namespace, then formats.
     fn wipe(&mut self, io: &mut impl Io) {
         self.event(ReplicaEvent::Wiping);
+        // The next update was to write first the copy recovery did not resume from.
+        let resumed = if self.superblock.first_copy == 1 { 0 } else { 1 };
+        self.opening.as_mut().expect("opening").wipe_superblock_last = resumed;
         // Formatted afresh: copy a is written first, as on a new disk (copy b existing then
         // proves copy a was synced once).
         self.superblock.first_copy = 0;
@@ -347,11 +354,18 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Removes the superblock copies one at a time, the one recovery read the earlier
+    /// incarnation from last: a crash in between leaves that copy (recovery reads it and wipes
+    /// again) or nothing (recovery formats), never only the other copy, which may be the one
+    /// that does not read (seed 7241: a damaged copy b left alone after a was removed).
     fn wipe_superblocks(&mut self, io: &mut impl Io) {
-        for file in superblock_files(self.config.namespace) {
-            io.remove(file, token(TokenKind::Open, WIPE_REMOVE_SUPERBLOCK << READ_SHIFT));
-        }
-        self.opening.as_mut().expect("opening").outstanding = 2;
+        let opening = self.opening.as_mut().expect("opening");
+        let first = 1 - opening.wipe_superblock_last;
+        opening.outstanding = 1;
+        io.remove(
+            superblock_files(self.config.namespace)[first],
+            token(TokenKind::Open, WIPE_REMOVE_SUPERBLOCK << READ_SHIFT),
+        );
     }
 
     fn wipe_removed(&mut self, io: &mut impl Io, what: u64, result: Result<(), IoError>) {
@@ -365,7 +379,15 @@ impl<S: StateMachine> Replica<S> {
         }
         match what {
             WIPE_REMOVE => self.wipe_superblocks(io),
-            WIPE_REMOVE_SUPERBLOCK => self.format(io),
+            WIPE_REMOVE_SUPERBLOCK => {
+                opening.outstanding = 1;
+                let last = opening.wipe_superblock_last;
+                io.remove(
+                    superblock_files(self.config.namespace)[last],
+                    token(TokenKind::Open, WIPE_REMOVE_SUPERBLOCK_LAST << READ_SHIFT),
+                );
+            }
+            WIPE_REMOVE_SUPERBLOCK_LAST => self.format(io),
             other => panic!("unknown wipe step {other}"),
         }
     }
@@ -497,7 +519,7 @@ impl<S: StateMachine> Replica<S> {
                 RecoveredSlot::Prepare { header, body, redundant } if header.op > checkpoint_op => {
                     // Without its redundant header the prepare was never acknowledged, and is not
                     // yet safe to acknowledge: it is written again (prepare, then header) first.
-                    self.journal.insert(Entry { header, body: Some(body), durable: redundant, faulty: false });
+                    self.journal.insert(Entry { header, body: Some(body.into()), durable: redundant, faulty: false });
                     if !redundant {
                         unconfirmed.push(header.op);
                     }

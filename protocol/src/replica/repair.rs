@@ -142,7 +142,7 @@ impl<S: StateMachine> Replica<S> {
                 if entry.body.is_some() {
                     return false;
                 }
-                entry.body = Some(message.body.clone());
+                entry.body = Some(message.body.clone().into());
                 self.wal_enqueue(io, header.op);
                 return true;
             }
@@ -319,7 +319,7 @@ impl<S: StateMachine> Replica<S> {
                 continue;
             }
             let Some(prepare_body) = &entry.body else { continue };
-            let prepare = Message { header: entry.header, body: prepare_body.clone() };
+            let prepare = Message { header: entry.header, body: prepare_body.to_vec() };
             self.send(io, message.header.replica, &prepare);
         }
     }

@@ -26,7 +26,7 @@ mod truncate;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use vireo_io::{Completion, FileId, FileKind, Io, IoError, Namespace, Token};
+use vireo_io::{Bytes, Completion, FileId, FileKind, Io, IoError, Namespace, Token};
 
 use crate::batch::{self, BatchError, BatchHeader};
 use crate::superblock::{Superblock, VsrState};
@@ -184,7 +184,7 @@ struct Unit {
     position: u64,
     /// The unit's batches, each in the buffer it arrived in: written as they are, one write per
     /// batch submitted together (a vectored write without gathering the bytes into one buffer).
-    batches: Vec<Vec<u8>>,
+    batches: Vec<Bytes>,
     len: u64,
     base_offset: u64,
     end_offset: u64,
@@ -496,7 +496,7 @@ impl PartitionLog {
         let batch::Stamped { header, timestamp_max } =
             batch::stamp(&mut batch, self.config.partition_id, base_offset, timestamp)?;
         self.last_timestamp = timestamp;
-        self.push_batch(io, &header, timestamp_max, batch);
+        self.push_batch(io, &header, timestamp_max, batch.into());
         Ok(Appended { base_offset, last_offset: header.last_offset(), timestamp })
     }
 
@@ -514,7 +514,7 @@ impl PartitionLog {
         Ok(())
     }
 
-    fn push_batch(&mut self, io: &mut impl Io, header: &BatchHeader, timestamp_max: u64, bytes: Vec<u8>) {
+    fn push_batch(&mut self, io: &mut impl Io, header: &BatchHeader, timestamp_max: u64, bytes: Bytes) {
         let interval = self.config.index_interval_bytes;
         let active = self.segments.back_mut().expect("an open partition has an active segment");
         assert!(!active.sealed);
@@ -653,7 +653,7 @@ impl PartitionLog {
         if !index_bytes.is_empty() {
             writing.outstanding += 1;
             let token = self.token(Op::UnitWrite { unit: id });
-            io.write(index_file, index_at, index_bytes, token);
+            io.write(index_file, index_at, index_bytes.into(), token);
         }
         self.writing.push_back(writing);
     }
@@ -688,7 +688,7 @@ impl PartitionLog {
         };
         let kind = if sequence % 2 == 1 { FileKind::SuperblockA } else { FileKind::SuperblockB };
         let token = self.token(Op::SuperblockWrite);
-        io.write(self.file(kind), 0, superblock.encode(), token);
+        io.write(self.file(kind), 0, superblock.encode().into(), token);
         self.superblock_writing = Some(sequence);
     }
 
@@ -1045,7 +1045,7 @@ impl PartitionLog {
         let (log_file, index_file) = (active.log_file(namespace), active.index_file(namespace));
         for file in [log_file, index_file] {
             let token = self.token(Op::Create);
-            io.write(file, 0, Vec::new(), token);
+            io.write(file, 0, Bytes::new(), token);
             self.creates_in_flight += 1;
             self.dirty.insert(file);
         }

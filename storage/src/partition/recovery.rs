@@ -680,13 +680,13 @@ impl Recovery {
             // The write and the cut may land in either order: both leave exactly `index`.
             let len = index.len() as u64;
             let token = log.token(Op::Recovery);
-            io.write(index_file, 0, index, token);
+            io.write(index_file, 0, index.into(), token);
             let token = log.token(Op::Recovery);
             io.truncate(index_file, len, token);
             outstanding += 2;
             if let Some(log_file) = new_log {
                 let token = log.token(Op::Recovery);
-                io.write(log_file, 0, Vec::new(), token);
+                io.write(log_file, 0, vireo_io::Bytes::new(), token);
                 outstanding += 1;
             }
         }

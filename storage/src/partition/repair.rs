@@ -87,7 +87,7 @@ impl PartitionLog {
         }
         let file = self.file(vireo_io::FileKind::Segment(segment_start));
         let token: Token = self.token(Op::Repair { from_offset });
-        io.write(file, damage.position, batches, token);
+        io.write(file, damage.position, batches.into(), token);
         self.repairing.push(RepairWrite { segment_start, from_offset });
         Ok(())
     }

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 
-use vireo_io::Io;
+use vireo_io::{Bytes, Io};
 
 use super::segment::{self, INDEX_ENTRY_SIZE};
 use super::{AppendError, Appended, Op, PartitionLog, Status, Unit};
@@ -61,7 +61,7 @@ impl PartitionLog {
     /// the log's end offset. The bytes are stored as they are. Its messages' checksums are the
     /// caller's to vouch for (`batch::check_stamped`: a prepare's body checksum covers them, or
     /// the caller validated bytes fetched from a peer), so a batch is not hashed again here.
-    pub fn append_stamped(&mut self, io: &mut impl Io, batch: Vec<u8>) -> Result<Appended, AppendError> {
+    pub fn append_stamped(&mut self, io: &mut impl Io, batch: Bytes) -> Result<Appended, AppendError> {
         self.admit_append(batch.len())?;
         let header = batch::check_stamped(&batch)?;
         if header.partition_id != self.config.partition_id {
@@ -154,8 +154,7 @@ impl PartitionLog {
         let mut kept = VecDeque::new();
         for mut unit in units {
             if unit.end_offset > from_offset {
-                let base_of =
-                    |bytes: &Vec<u8>| BatchHeader::decode(bytes).expect("units hold valid batches").base_offset;
+                let base_of = |bytes: &Bytes| BatchHeader::decode(bytes).expect("units hold valid batches").base_offset;
                 let at =
                     unit.batches.iter().position(|bytes| base_of(bytes) >= from_offset).unwrap_or(unit.batches.len());
                 for dropped in unit.batches.drain(at..) {
