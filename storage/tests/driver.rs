@@ -231,7 +231,7 @@ fn device_polls(dir: &std::path::Path) -> Option<bool> {
 #[test]
 fn segment_writes_go_to_the_ring_the_executor_sleeps_on() {
     let dir = scratch("polled-ring");
-    let driver = DriverConfig::new(&dir);
+    let driver = DriverConfig { segments_direct: true, ..DriverConfig::new(&dir) };
     let (polled, written) = run_on_cpu(0, "driver-test", move || async move {
         let mut io = GlommioIo::new(&driver).unwrap();
         let _ = glommio::executor().io_stats();

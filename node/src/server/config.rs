@@ -60,7 +60,14 @@ pub struct SystemConfig {
     pub logging: LoggingConfig,
     pub sharding: ShardingConfig,
     pub journal: JournalConfig,
+    pub segment: SegmentConfig,
     pub shutdown: ShutdownConfig,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SegmentConfig {
+    pub direct_io: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

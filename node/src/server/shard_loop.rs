@@ -276,6 +276,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         inbound_bytes_max: config.tcp.inbound_bytes_max as usize,
     };
     driver.tls = shared.tcp_tls.clone();
+    driver.segments_direct = config.system.segment.direct_io;
     let mut io = GlommioIo::new(&driver).map_err(|error| format!("shard {shard}: {error}"))?;
     let inbox = Rc::new(Inbox {
         queue: RefCell::new(VecDeque::new()),
