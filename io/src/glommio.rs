@@ -7,10 +7,15 @@
 //! driver created has its directory synced along with its first sync, so its existence is as
 //! durable as its bytes.
 //!
-//! Segment files (`.log`) are written with O_DIRECT: partition appends are sequential, and going
-//! around the page cache saves the kernel's copy and the later writeback, which `vireo-storage-bench`
-//! measured as the difference between 0.6-0.9 and ~1.0 of the raw device rate for one partition.
-//! Appends land at any byte position, so the driver keeps each direct file's last partial block in
+//! Segment files (`.log`) are written through the page cache by default, like every other file:
+//! an append is one pwrite(2) on the shard's thread straight from the buffer the log shares with
+//! the journal, and a poll of fresh messages reads memory. iggy-bench measured that faster than
+//! O_DIRECT on these machines (`node/config.toml`, `system.segment.direct_io`): O_DIRECT needs a
+//! copy into aligned buffers, and an extending O_DIRECT write goes to an io_uring worker thread.
+//! `vireo-storage-bench` had measured O_DIRECT at ~1.0 of the raw device rate for one partition
+//! against 0.6-0.9 buffered, so it stays an option (`DriverConfig::segments_direct`).
+//!
+//! With O_DIRECT, appends land at any byte position, so the driver keeps each direct file's last partial block in
 //! memory: full blocks go to the device as they fill, and a sync writes the partial block padded
 //! with zeros (later rewritten whole). A direct file's writes, syncs and truncates run one at a
 //! time in the order asked (measured: a second O_DIRECT write queued behind the first in the
