@@ -272,6 +272,19 @@ pub fn stamp(
     Ok(Stamped { header, timestamp_max })
 }
 
+/// The largest message timestamp of a batch (0 if it has no messages), read off the frames alone:
+/// what a send's apply and append need, without a `Message` per message.
+pub fn timestamp_max(bytes: &[u8]) -> Result<u64, BatchError> {
+    let header = BatchHeader::decode(bytes)?;
+    let mut max = None;
+    for (index, (at, _)) in message_spans(bytes, &header)?.into_iter().enumerate() {
+        let delta = u32::from_le_bytes(bytes[at + 28..at + 32].try_into().unwrap()) as u64;
+        let timestamp = header.base_timestamp.checked_add(delta).ok_or(BatchError::Frame(index as u32))?;
+        max = max.max(Some(timestamp));
+    }
+    Ok(max.unwrap_or(0))
+}
+
 /// The messages of a batch that `validate` or `check_client_batch` accepted.
 pub fn messages(bytes: &[u8]) -> Result<Vec<Message<'_>>, BatchError> {
     let header = BatchHeader::decode(bytes)?;
@@ -477,6 +490,25 @@ mod tests {
                     prop_assert_eq!(got, expected);
                 }
             }
+        }
+
+        #[test]
+        fn the_timestamp_max_of_the_frames_is_the_messages_max(
+            messages in prop::collection::vec((any::<u128>(), prop::collection::vec(any::<u8>(), 0..16),
+                prop::collection::vec(any::<u8>(), 0..4)), 1..10),
+            deltas in prop::collection::vec(any::<u32>(), 10),
+            base_timestamp in prop_oneof![0u64..1 << 40, u64::MAX - (1 << 33)..=u64::MAX],
+        ) {
+            let mut bytes = batch_of(&messages);
+            stamp(&mut bytes, 1, 0, 0).unwrap();
+            bytes[16..24].copy_from_slice(&base_timestamp.to_le_bytes());
+            let header = BatchHeader::decode(&bytes).unwrap();
+            for (index, (at, _)) in message_spans(&bytes, &header).unwrap().into_iter().enumerate() {
+                bytes[at + 28..at + 32].copy_from_slice(&deltas[index].to_le_bytes());
+            }
+            let expected = super::messages(&bytes)
+                .map(|read| read.iter().map(|message| message.timestamp).max().unwrap_or(0));
+            prop_assert_eq!(timestamp_max(&bytes).ok(), expected.ok());
         }
 
         #[test]

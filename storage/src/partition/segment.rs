@@ -146,9 +146,7 @@ pub fn resync(bytes: &[u8], from: usize, offsets: std::ops::Range<u64>) -> Resyn
 
 /// The largest timestamp of any message in a valid batch.
 pub fn batch_timestamp_max(bytes: &[u8]) -> u64 {
-    crate::batch::messages(bytes)
-        .map(|messages| messages.iter().map(|message| message.timestamp).max().unwrap_or(0))
-        .unwrap_or(0)
+    crate::batch::timestamp_max(bytes).unwrap_or(0)
 }
 
 /// Bytes of a segment that failed their checks with valid batches after them: the messages they
