@@ -96,8 +96,8 @@
 //!
 //! ## Message bytes written once
 //!
-//! On a replica of a cluster, message bytes are written once: its WAL slots leave out the stamped
-//! batches the segment log holds (`protocol/src/elided.rs`). A slot keeps the prepare's header,
+//! Message bytes are written once, on a replica of a cluster and on a single node alike: WAL
+//! slots leave out the stamped batches the segment log holds (`protocol/src/elided.rs`). A slot keeps the prepare's header,
 //! where each batch sat in the body and at which offset, and the rest of the body. A slot's
 //! redundant header is written only once the segment log holds its batches (synced when enforced,
 //! written when not).
@@ -113,8 +113,15 @@
 //! segments), a replica's disk writes 1.001 times the batch bytes it stores (seed 5, 3 nodes,
 //! 2 shards: 365 segments sealed, 407 MB acknowledged).
 //!
-//! A single node keeps each batch in its WAL as well: with no peer to repair from, that copy lets a
-//! flipped bit cost one batch rather than the group.
+//! A single node has no peer to repair from. A batch its log holds damaged (a run recovery kept
+//! inside the log, or damage a fill's read ran into) under a durable-header prepare past the
+//! checkpoint comes back zeroed, and the machine applies it as lost (`StateMachine::span_lost`):
+//! its offsets and bytes stay taken, so the batches after it stay where the log holds them; polls
+//! step over it (`SegmentLog::lost_between`); the node counts it (`vireo_batches_lost_total`) and
+//! logs an error. Below the frontier a single node's log is its only copy, written from its own
+//! prepares, so `follow` and `speculate` trust it there rather than cut what they cannot check.
+//! A flipped bit costs the batch it hits, not the log after it (`server_restart`'s
+//! `a_flipped_bit_in_a_single_nodes_segment_costs_only_the_batch_it_hits`).
 //!
 //! ## Polls
 //!

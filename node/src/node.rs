@@ -1386,16 +1386,20 @@ impl Node {
     }
 
     /// A parked poll's read is done (or given up): its batches are added to what was read so far
-    /// as far as they go on without a gap (a read steps over a damaged run), and the next read
-    /// goes on from there (a read ends at its segment's end). Once the range is covered, or the
-    /// log gives no more, the answer: a local poll gets the prefix read; a replicated reply goes
-    /// only whole (it stored the consumer's offset past all of it).
+    /// as far as they go on without a gap (a read steps over a damaged run; on a single node a
+    /// gap the log holds damaged is lost for good, and passed), and the next read goes on from
+    /// there (a read ends at its segment's end). Once the range is covered, or the log gives no
+    /// more, the answer: a local poll gets the prefix read; a replicated reply goes only whole
+    /// (it stored the consumer's offset past all of it).
     fn finish_log_read(&mut self, io: &mut impl NodeIo, id: u64, result: Result<ReadBatches, ReadError>) {
         let Some(mut parked) = self.parked_reads.remove(&id) else { return };
         let start = parked.plan.start;
         let end = start + parked.plan.count as u64;
         let before = parked.covered_to;
         if let Ok(read) = result {
+            let group = group_namespace(parked.answer.group_field()).expect("a parked read names its group");
+            let segments = self.shard.segment_log(group);
+            let lost = |from: u64, to: u64| segments.is_some_and(|segments| segments.lost_between(from, to));
             let mut rest = read.bytes.as_slice();
             let mut taken = 0;
             while let Ok(header) = BatchHeader::decode(rest) {
@@ -1403,9 +1407,9 @@ impl Node {
                     break;
                 };
                 let continues = if parked.covered_to == start {
-                    header.base_offset <= start && header.end_offset() > start
+                    header.base_offset <= start && header.end_offset() > start || lost(start, header.base_offset)
                 } else {
-                    header.base_offset == parked.covered_to
+                    header.base_offset == parked.covered_to || lost(parked.covered_to, header.base_offset)
                 };
                 if !continues || parked.covered_to >= end {
                     break;

@@ -173,13 +173,15 @@ impl Group<PartitionMachine> {
         let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
         let durable = self.replica.superblock_durable();
         let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };
-        let Some(batches) = segments.fill(&mut group_io, self.replica.state_machine(), checkpoint, range) else {
+        let Some(read) = segments.fill(&mut group_io, self.replica.state_machine(), checkpoint, range) else {
             return;
         };
-        let held = |offset: u64, len: u32| batches.get(&offset).filter(|batch| batch.len() == len as usize).cloned();
-        let (filled, unfilled) = self.replica.fill(&mut group_io, held);
-        segments.counters.prepares_filled += filled;
-        segments.counters.prepares_unfilled += unfilled;
+        let held =
+            |offset: u64, len: u32| read.batches.get(&offset).filter(|batch| batch.len() == len as usize).cloned();
+        let filled = self.replica.fill(&mut group_io, held, |offset| read.damaged.contains(&offset));
+        segments.counters.prepares_filled += filled.whole;
+        segments.counters.prepares_unfilled += filled.missing;
+        segments.counters.batches_lost += filled.spans_lost;
     }
 
     /// A segment-log frame from a peer's log: a fetch to serve, or the answer to ours.

@@ -124,21 +124,40 @@ impl ElidedBody {
 
     /// The whole body again, each span taken from the external log by `held(offset, len)`;
     /// `None` if the log lacks one (the caller checks the result against the header).
-    pub fn restore(&self, mut held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> Option<Vec<u8>> {
+    pub fn restore(&self, held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> Option<Vec<u8>> {
+        let (body, gaps) = self.restore_with_gaps(held);
+        gaps.is_empty().then_some(body)
+    }
+
+    /// The body as far as the external log gives it back: a span it lacks is left zeroed, and
+    /// its index returned (in order). A single replica, with no peer to take a prepare from,
+    /// applies such a body with those spans lost (`StateMachine::span_lost`).
+    pub fn restore_with_gaps(&self, mut held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> (Vec<u8>, Vec<usize>) {
         let mut body = Vec::with_capacity(self.body_len as usize);
+        let mut gaps = Vec::new();
         let mut residual = 0usize;
-        for span in &self.spans {
+        for (index, span) in self.spans.iter().enumerate() {
             let before = span.at as usize - body.len();
             body.extend_from_slice(&self.residual[residual..residual + before]);
             residual += before;
-            let bytes = held(span.offset, span.len)?;
-            if bytes.len() != span.len as usize {
-                return None;
+            match held(span.offset, span.len) {
+                Some(bytes) if bytes.len() == span.len as usize => body.extend_from_slice(&bytes),
+                _ => {
+                    body.resize(body.len() + span.len as usize, 0);
+                    gaps.push(index);
+                }
             }
-            body.extend_from_slice(&bytes);
         }
         body.extend_from_slice(&self.residual[residual..]);
-        (body.len() == self.body_len as usize).then_some(body)
+        assert_eq!(body.len(), self.body_len as usize, "decode checked the spans against the body's length");
+        (body, gaps)
+    }
+
+    /// The log offset where span `index` ends: where the next span starts, or the prepare's
+    /// `cursor` for the last (a prepare's spans hold its batches one after another up to its
+    /// cursor; `StateMachine::external_spans`).
+    pub fn span_end(&self, index: usize, cursor: u64) -> u64 {
+        self.spans.get(index + 1).map_or(cursor, |next| next.offset)
     }
 
     /// The log offset the first span starts at.
@@ -182,9 +201,18 @@ mod tests {
                 Some(body[span.at as usize..(span.at + len) as usize].to_vec())
             });
             prop_assert_eq!(restored, Some(body.clone()));
-            // A span the log lacks leaves no body.
+            // A span the log lacks leaves no body, or a body with that span zeroed.
             if !spans.is_empty() {
                 prop_assert_eq!(decoded.restore(|_, _| None), None);
+                let lost = spans[spans.len() / 2];
+                let (holed, gaps) = decoded.restore_with_gaps(|offset, len| {
+                    let span = spans.iter().find(|span| span.offset == offset && offset != lost.offset)?;
+                    Some(body[span.at as usize..(span.at + len) as usize].to_vec())
+                });
+                prop_assert_eq!(gaps, vec![spans.len() / 2]);
+                let mut expected = body.clone();
+                expected[lost.at as usize..(lost.at + lost.len) as usize].fill(0);
+                prop_assert_eq!(holed, expected);
             }
         }
 

@@ -73,12 +73,24 @@ impl Journal {
     /// Puts an entry in its slot, replacing whatever was there (an older op, or another prepare of
     /// the same op that a view change discarded).
     pub fn insert(&mut self, entry: Entry) {
-        assert_eq!(entry.header.command, Command::Prepare);
         if let Some(body) = &entry.body {
             // Every body came in checked (a frame's checksums) or was just sealed: proving it
             // again would hash each prepare twice more (insert, and the put-back after execute).
             debug_assert!(entry.header.valid_checksum_body(body));
         }
+        self.put(entry);
+    }
+
+    /// Puts an entry in its slot whose body does not match its header's `checksum_body`: a
+    /// single replica's recovered prepare with lost spans zeroed (`RecoveredSlot::Holed`). It is
+    /// durable already, so it is never written again.
+    pub fn insert_holed(&mut self, entry: Entry) {
+        assert!(entry.durable, "a holed prepare is never written again");
+        self.put(entry);
+    }
+
+    fn put(&mut self, entry: Entry) {
+        assert_eq!(entry.header.command, Command::Prepare);
         let index = self.index(entry.header.op);
         if self.slots[index]
             .as_ref()
@@ -122,6 +134,10 @@ pub enum RecoveredSlot {
     /// The prepare is whole but its external spans were left out (`elided`): its body is put
     /// back together from the external log (`Elided::settle`).
     Elided { header: Header, elided: ElidedBody, redundant: bool },
+    /// A single replica's durable elided prepare whose external log holds some of its spans
+    /// damaged: the body with those spans zeroed (so it fails `checksum_body`), applied with them
+    /// lost (`StateMachine::span_lost`).
+    Holed { header: Header, body: Vec<u8> },
 }
 
 impl RecoveredSlot {

@@ -65,6 +65,15 @@ pub trait StateMachine: Sized {
         Vec::new()
     }
 
+    /// A single replica's recovery found a span of a durable prepare past its checkpoint damaged
+    /// in the external log (`end`: the log offset after it, `len`: its bytes), and it has no
+    /// peer to take the prepare from. The prepare is applied with that span zeroed: told first,
+    /// the machine takes the span's offsets and bytes in its log as it would have, without the
+    /// content, so that the batches after it stay where they are (a flipped bit costs the batch
+    /// it hits, not the log after it). Called only while the replica opens, before it applies
+    /// the prepare.
+    fn span_lost(&mut self, _offset: u64, _end: u64, _len: u32) {}
+
     /// A digest of the whole state, compared across replicas by the simulator.
     fn digest(&self) -> u64;
 

@@ -88,6 +88,22 @@ impl PartialEq for Applied {
 
 impl Eq for Applied {}
 
+/// Batches a single replica's recovery found damaged in its segment log, by base offset: (end
+/// offset, bytes). The prepares past the checkpoint that hold them are applied with those batches
+/// zeroed, and each takes its place in the log without its content (`StateMachine::span_lost`).
+/// Filled only while the replica opens, from its WAL's slots (so at most `journal_slots` prepares'
+/// batches), and emptied as they apply. Not part of the replicated state, like `Applied`.
+#[derive(Clone, Debug, Default)]
+struct LostBatches(BTreeMap<u64, (u64, u32)>);
+
+impl PartialEq for LostBatches {
+    fn eq(&self, _: &LostBatches) -> bool {
+        true
+    }
+}
+
+impl Eq for LostBatches {}
+
 /// A send's batch as `prepare` stamps it for `partition` at `next_offset` and `timestamp_us`,
 /// and that alone: whole, valid, not empty, stamped exactly there. `prepare` counts a send's
 /// messages and `apply` stores its batch by this one test, so the two can never disagree on
@@ -165,6 +181,7 @@ pub struct PartitionMachine {
     /// A chain over every applied request and its reply: equal digests, equal histories.
     digest: u64,
     applied: Applied,
+    lost: LostBatches,
 }
 
 impl PartitionMachine {
@@ -211,6 +228,20 @@ impl PartitionMachine {
         self.batches.get(at)
     }
 
+    /// The batch a single replica's recovery found lost at `offset`, not applied yet: (end
+    /// offset, bytes). Its prepare's body holds zeros in its place.
+    pub fn lost_batch(&self, offset: u64) -> Option<(u64, u32)> {
+        self.lost.0.get(&offset).copied()
+    }
+
+    /// Whether the request `body` of a prepare is the send whose batch was lost at `offset`
+    /// (`lost_batch`): its batch zeroed, of the lost one's length. Returns where it ends.
+    pub fn lost_send(&self, operation: u8, body: &[u8], offset: u64) -> Option<u64> {
+        let (end, len) = self.lost_batch(offset)?;
+        let batch = body.get(SEND_BATCH_AT..).filter(|_| operation == OPERATION_SEND_MESSAGES)?;
+        (batch.len() == len as usize && batch.iter().all(|byte| *byte == 0)).then_some(end)
+    }
+
     /// The next batch applied and not yet taken, oldest first: (base offset, stamped bytes). The
     /// group's segment log takes each after every step of its replica.
     pub fn take_applied(&mut self) -> Option<(u64, Bytes)> {
@@ -236,6 +267,21 @@ impl PartitionMachine {
         mut bytes: Bytes,
         timestamp_us: u64,
     ) -> Result<SendReply, PartitionStatus> {
+        self.lost.0.retain(|offset, _| *offset >= self.next_offset);
+        if let Some((end, len)) = self.lost_batch(self.next_offset) {
+            if bytes.len() == len as usize && bytes.iter().all(|byte| *byte == 0) {
+                // The batch recovery found damaged in a single node's log: its offsets and bytes
+                // stay taken, so that the batches after it stay where the log holds them. Its
+                // checksum and newest timestamp went with it.
+                self.lost.0.remove(&self.next_offset);
+                let base_offset = self.next_offset;
+                let count = u32::try_from(end - base_offset).expect("a batch holds at most u32::MAX messages");
+                let entry =
+                    BatchEntry { base_offset, message_count: count, len, checksum: 0, timestamp_max: timestamp_us };
+                self.store(entry, retention, timestamp_us);
+                return Ok(SendReply { partition, base_offset, message_count: count });
+            }
+        }
         if stamped_send(&bytes, partition, self.next_offset, timestamp_us).is_none() {
             // Stamped for another place: a send the primary counted before it was not applied
             // (its session was evicted by an op in between, so the client table skipped it).
@@ -250,18 +296,25 @@ impl PartitionMachine {
             stamped_send(&bytes, partition, self.next_offset, timestamp_us).ok_or(PartitionStatus::InvalidBatch)?;
         let count = header.message_count;
         let base_offset = self.next_offset;
-        let len = bytes.len() as u64;
-        let timestamp_max = segment::batch_timestamp_max(&bytes).max(timestamp_us);
-        self.next_offset += count as u64;
-        self.retained_bytes += len;
-        self.batches.push_back(BatchEntry {
+        let entry = BatchEntry {
             base_offset,
             message_count: count,
-            len: u32::try_from(len).expect("a frame holds the batch"),
+            len: u32::try_from(bytes.len()).expect("a frame holds the batch"),
             checksum: header.batch_checksum,
-            timestamp_max,
-        });
+            timestamp_max: segment::batch_timestamp_max(&bytes).max(timestamp_us),
+        };
         self.applied.0.push_back((base_offset, bytes));
+        self.store(entry, retention, timestamp_us);
+        Ok(SendReply { partition, base_offset, message_count: count })
+    }
+
+    /// Puts a batch at the end of the directory and its segments, and runs the topic's retention.
+    fn store(&mut self, entry: BatchEntry, retention: Retention, timestamp_us: u64) {
+        assert_eq!(entry.base_offset, self.next_offset);
+        let len = entry.len as u64;
+        self.next_offset = entry.end_offset();
+        self.retained_bytes += len;
+        self.batches.push_back(entry);
         match self.segments.back_mut().filter(|segment| !segment.sealed) {
             Some(active) => {
                 active.end_offset = self.next_offset;
@@ -269,7 +322,7 @@ impl PartitionMachine {
                 active.newest_timestamp = timestamp_us;
             }
             None => self.segments.push_back(SegmentSpan {
-                start_offset: base_offset,
+                start_offset: entry.base_offset,
                 end_offset: self.next_offset,
                 bytes: len,
                 newest_timestamp: timestamp_us,
@@ -282,7 +335,6 @@ impl PartitionMachine {
         while self.batches.len() > BATCHES_MAX {
             self.drop_oldest_batch();
         }
-        Ok(SendReply { partition, base_offset, message_count: count })
     }
 
     /// Drops the oldest sealed segments that the topic's expiry or size no longer keeps, all but
@@ -550,19 +602,28 @@ impl StateMachine for PartitionMachine {
     /// batch is stored there, so that the log goes on as the prepares say (the segment log wrote
     /// it there as the prepare came).
     fn apply_skipped(&mut self, op: u64, timestamp: u64, request: &Header, body: &Bytes) {
-        let PreparedSend::Batch { batch, retention, .. } =
-            prepared_send(request.operation, body, self.next_offset, timestamp)
-        else {
-            return;
+        let lost = self.lost_send(request.operation, body, self.next_offset).is_some();
+        let retention = match prepared_send(request.operation, body, self.next_offset, timestamp) {
+            PreparedSend::Batch { retention, .. } => retention,
+            _ if lost => match decode_send_head(body) {
+                Ok((_, retention)) => retention,
+                Err(_) => return,
+            },
+            _ => return,
         };
         let Ok((partition, _)) = decode_send_head(body) else { return };
-        let stored = self.send(partition, retention, body.slice_ref(batch), timestamp / 1000);
+        let stored = self.send(partition, retention, body.slice(SEND_BATCH_AT..), timestamp / 1000);
         debug_assert!(stored.is_ok(), "a stamped send is stored");
         let mut link = [0u8; 16];
         link[..8].copy_from_slice(&self.digest.to_le_bytes());
         link[8..].copy_from_slice(&op.to_le_bytes());
         self.digest = checksum64(&link);
         self.assert_invariants();
+    }
+
+    fn span_lost(&mut self, offset: u64, end: u64, len: u32) {
+        assert!(offset < end, "a lost batch holds messages");
+        self.lost.0.insert(offset, (end, len));
     }
 
     fn prepare_cursor(&self) -> u64 {
@@ -881,6 +942,40 @@ mod tests {
         assert_eq!((machine.first_offset(), machine.next_offset()), (5, 5));
         let applied: Vec<u64> = std::iter::from_fn(|| machine.take_applied()).map(|(base, _)| base).collect();
         assert_eq!(applied, [0, 3], "both batches, contiguous up to where the log goes on");
+    }
+
+    /// A batch a single node's recovery found damaged (`span_lost`) is applied from its zeroed
+    /// bytes: it takes its offsets and bytes in the log, so that the batches after it stay where
+    /// the log holds them; a send that is not the lost one is not taken for it.
+    #[test]
+    fn a_lost_batch_keeps_its_offsets_and_the_log_goes_on_after_it() {
+        let mut machine = PartitionMachine::default();
+        send(&mut machine, 1, 0..3);
+        let mut builder = BatchBuilder::new();
+        for id in 3..8u128 {
+            builder.push(id, &id.to_le_bytes(), b"");
+        }
+        let lost_len = builder.finish(0).len();
+        machine.span_lost(3, 8, lost_len as u32);
+        let zeroed =
+            |len: usize| PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: vec![0; len] };
+        // Zeros of another length are an invalid batch, as ever.
+        let refused = apply(&mut machine, 2, &zeroed(lost_len - 1));
+        assert_eq!(refused, encode_status(Some(PartitionStatus::InvalidBatch)));
+        assert_eq!(machine.lost_send(OPERATION_SEND_MESSAGES, &zeroed(lost_len).encode(), 3), Some(8));
+        let reply = apply(&mut machine, 3, &zeroed(lost_len));
+        assert_eq!(reply[..4], [0; 4], "the lost batch is stored: {reply:?}");
+        assert_eq!(machine.next_offset(), 8);
+        assert_eq!(machine.lost_batch(3), None, "taken once");
+        let lost = machine.batch_at(3).copied().expect("in the directory");
+        assert_eq!((lost.message_count, lost.len as usize, lost.checksum), (5, lost_len, 0));
+        assert_eq!(machine.retained_bytes(), machine.directory().map(|entry| entry.len as u64).sum::<u64>());
+        let mut log = Vec::new();
+        take_log(&mut machine, &mut log);
+        assert_eq!(ids(&log, 0, 8), (0..3).collect::<Vec<u128>>(), "its bytes never reach the segment log");
+        send(&mut machine, 4, 8..10);
+        assert_eq!(machine.next_offset(), 10);
+        assert_eq!(machine.batch_at(8).map(|entry| entry.message_count), Some(2));
     }
 
     /// The primary stamps a send where the log will hold it: the prepare carries the stored

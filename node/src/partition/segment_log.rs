@@ -34,7 +34,7 @@
 //! fetch and one repair in flight, `FETCHES_SERVED_MAX` peers' fetches served at once (more are
 //! dropped: the peer asks again), the batches it checks by the log's `tail_batches_max`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use vireo_io::{Bytes, Completion, FileId, FileKind, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_of, Command, Header, Message};
@@ -117,6 +117,8 @@ pub struct SegmentLogCounters {
     /// whose batches it did not hold (repaired from peers, or never durable).
     pub prepares_filled: u64,
     pub prepares_unfilled: u64,
+    /// Batches a single node's elided prepares lost to damage in this log, applied as lost.
+    pub batches_lost: u64,
 }
 
 /// The group's prepares as its segment log reads them: the replica's journal past its commit
@@ -163,10 +165,22 @@ struct Fetch {
 struct Filling {
     at: u64,
     to: u64,
+    /// Where the prepares' spans start, in order: a read that runs into damage goes on from the
+    /// next one.
+    starts: Vec<u64>,
     reading: bool,
     read_next: u64,
-    batches: BTreeMap<u64, Vec<u8>>,
+    read: FilledBatches,
     done: bool,
+}
+
+/// What a fill read back for the group's elided prepares.
+#[derive(Debug, Default)]
+pub struct FilledBatches {
+    /// Whole batches, by base offset.
+    pub batches: BTreeMap<u64, Vec<u8>>,
+    /// Span starts whose batch the log holds damaged: lost on this copy.
+    pub damaged: BTreeSet<u64>,
 }
 
 pub struct SegmentLog {
@@ -195,6 +209,10 @@ pub struct SegmentLog {
     verified_to: u64,
     /// The frontier the log was claimed with at its last open.
     claimed: u64,
+    /// Where the log was claimed to when it opened: the durable checkpoint's cursor, or past it
+    /// the highest cursor of a prepare whose redundant header is durable (its batches were held
+    /// here then). On a single node what lies below is trusted (`follow`).
+    frontier: u64,
     /// The last uncommitted prepare whose batches the log holds: (op, checksum, the log offset
     /// after them, whether its last batch filled its segment: the next batch starts a new one).
     speculated: Option<(u64, u128, u64, bool)>,
@@ -278,6 +296,7 @@ impl SegmentLog {
             pending: VecDeque::new(),
             verified_to: 0,
             claimed: 0,
+            frontier: 0,
             speculated: None,
             cut_wanted: None,
             cuts_made: 0,
@@ -396,6 +415,20 @@ impl SegmentLog {
             Some(_) if !self.damaged && self.cut_wanted.is_none() => self.verified_to,
             _ => 0,
         }
+    }
+
+    /// Whether the log holds `[from, to)` damaged on a single node (runs recovery kept inside
+    /// the log, which reads step over): those messages are lost, with no peer to take them from,
+    /// and a poll goes on past them. On a cluster a damaged run is repaired, and polls wait.
+    pub fn lost_between(&self, from: u64, to: u64) -> bool {
+        let Some(log) = self.log().filter(|_| self.replica_count == 1 && from < to) else { return false };
+        let mut at = from;
+        for run in log.damaged_runs() {
+            if run.from_offset <= at && at < run.to_offset {
+                at = run.to_offset;
+            }
+        }
+        at >= to
     }
 
     /// Starts a read of the open log; its result comes back through `take_read`.
@@ -820,8 +853,15 @@ impl SegmentLog {
                 }
                 _ => false,
             };
+            let trusted = machine.batch_at(at).filter(|_| self.replica_count == 1 && at < self.frontier);
             match held.filter(|_| same) {
                 Some(held) => self.verified_to = held.end_offset,
+                // A single node's log below the WAL's durable cursors is its only copy, written
+                // from this group's own prepares (no view change replaces them on one node) and
+                // checked by recovery. What it does not remember there is a damaged run (its
+                // batches lost, reads step over it) or the batches before one (the tail the log
+                // remembers starts after the damage): cutting would lose them all.
+                None if trusted.is_some() => self.verified_to = trusted.expect("checked").end_offset(),
                 None => {
                     self.cut_wanted = Some(at);
                     if !self.cut(io) {
@@ -901,8 +941,9 @@ impl SegmentLog {
     /// differs (a tail kept from before a view change replaced its prepares, at offsets the new
     /// view's batches took) is cut, and the applied ones are appended in its place. Stops where
     /// no applied batch starts. False while the cut waits for the log's I/O (or the log is
-    /// dropped, for a cut deeper than it remembers). Only on a cluster: a single node's WAL keeps
-    /// its prepares whole.
+    /// dropped, for a cut deeper than it remembers). Only on a cluster: no view change replaces
+    /// a single node's prepares, and a tail its crash left past its WAL's head is cut by
+    /// `speculate` before anything is appended there.
     fn check_below_first(&mut self, io: &mut impl Io, first: u64) -> bool {
         if self.replica_count == 1 {
             return true;
@@ -938,6 +979,7 @@ impl SegmentLog {
         self.repairs_refused = 0;
         self.claimed = checkpoint.cursor;
         let frontier = checkpoint.cursor.max(held);
+        self.frontier = frontier;
         let claim = OwnerClaim {
             frontier,
             retained_from: first.min(checkpoint.retained_from),
@@ -949,16 +991,17 @@ impl SegmentLog {
 
     /// While the group's replica opens: reads back the batches its WAL's elided prepares left
     /// out, `[from, to)` (`Replica::fills_wanted`), opening the log first if need be. Returns
-    /// them, by base offset, once read as far as the log holds them (damaged runs stepped over;
-    /// a log that cannot open gives none: those prepares are repaired from peers).
+    /// them, by base offset, once read as far as the log holds them, with the spans it holds
+    /// damaged (stepped over; a log that cannot open gives none: those prepares are repaired
+    /// from peers, or on a single node wait).
     pub fn fill(
         &mut self,
         io: &mut impl Io,
         machine: &PartitionMachine,
         checkpoint: LogMark,
         wanted: FillsWanted,
-    ) -> Option<BTreeMap<u64, Vec<u8>>> {
-        let FillsWanted { from, to, durable } = wanted;
+    ) -> Option<FilledBatches> {
+        let FillsWanted { from, to, starts, durable } = wanted;
         match self.log.as_ref().map(PartitionLog::status) {
             None if self.removing => return None,
             None => {
@@ -967,15 +1010,16 @@ impl SegmentLog {
                 return None;
             }
             Some(Status::Opening) => return None,
-            Some(Status::Failed(_)) => return Some(BTreeMap::new()),
+            Some(Status::Failed(_)) => return Some(FilledBatches::default()),
             Some(Status::Open) => {}
         }
         let filling = self.filling.get_or_insert_with(|| Filling {
             at: from,
             to,
+            starts,
             reading: false,
             read_next: 0,
-            batches: BTreeMap::new(),
+            read: FilledBatches::default(),
             done: false,
         });
         let log = self.log.as_mut().expect("open");
@@ -983,7 +1027,16 @@ impl SegmentLog {
             filling.done = true;
         }
         if filling.done {
-            return self.filling.take().map(|filling| filling.batches);
+            // Reads step over the damaged runs recovery kept inside the log: the spans that
+            // start in one are lost on this copy too.
+            let runs = log.damaged_runs();
+            let mut filled = self.filling.take().expect("filling");
+            let damaged = filled.starts.iter().filter(|start| {
+                !filled.read.batches.contains_key(start)
+                    && runs.iter().any(|run| run.from_offset <= **start && **start < run.to_offset)
+            });
+            filled.read.damaged.extend(damaged);
+            return Some(filled.read);
         }
         if !filling.reading {
             let start = filling.at.max(log.first_offset());
@@ -1013,7 +1066,7 @@ impl SegmentLog {
                     if at + len > read.bytes.len() {
                         break;
                     }
-                    filling.batches.insert(header.base_offset, read.bytes[at..at + len].to_vec());
+                    filling.read.batches.insert(header.base_offset, read.bytes[at..at + len].to_vec());
                     end = Some(header.end_offset());
                     at += len;
                 }
@@ -1026,8 +1079,27 @@ impl SegmentLog {
                 let run = self.log.as_ref().and_then(|log| {
                     log.damaged_runs().into_iter().find(|run| run.from_offset <= offset && offset < run.to_offset)
                 });
-                match run {
-                    Some(run) if run.to_offset > filling.at => filling.at = run.to_offset,
+                // Damage recovery kept inside the log (a run), or that this read found (a batch
+                // in a sealed segment recovery trusted unread): the spans that start in it are
+                // lost on this copy, and the read goes on from the next span.
+                let (lost, next) = match run {
+                    Some(run) => {
+                        let lost: Vec<u64> = filling
+                            .starts
+                            .iter()
+                            .copied()
+                            .filter(|start| run.from_offset <= *start && *start < run.to_offset)
+                            .collect();
+                        (lost, Some(run.to_offset))
+                    }
+                    None => {
+                        let hit = filling.starts.iter().rev().find(|start| **start <= offset).copied();
+                        (hit.into_iter().collect(), filling.starts.iter().find(|start| **start > offset).copied())
+                    }
+                };
+                filling.read.damaged.extend(lost);
+                match next {
+                    Some(next) if next > filling.at => filling.at = next,
                     _ => filling.done = true,
                 }
             }
@@ -1192,6 +1264,12 @@ impl SegmentLog {
                 break;
             };
             for request in batched_requests(body) {
+                if let Some(end) = replica.machine().lost_send(request.header.operation, request.body, at) {
+                    // Lost to damage below the frontier (a single node's recovery): the log
+                    // holds its place, damaged.
+                    at = end;
+                    continue;
+                }
                 let (batch, stamped, retention) =
                     match prepared_send(request.header.operation, request.body, at, header.timestamp) {
                         PreparedSend::Nothing => continue,
@@ -1204,11 +1282,15 @@ impl SegmentLog {
                     };
                 if at < log.end_offset() {
                     let held = log.remembered(at);
-                    if !held.is_some_and(|held| {
-                        held.end_offset == stamped.end_offset()
-                            && held.len == stamped.batch_length
-                            && held.checksum == stamped.batch_checksum
-                    }) {
+                    // A single node trusts its log below the frontier (see `follow`).
+                    let trusted = self.replica_count == 1 && stamped.end_offset() <= self.frontier;
+                    if !trusted
+                        && !held.is_some_and(|held| {
+                            held.end_offset == stamped.end_offset()
+                                && held.len == stamped.batch_length
+                                && held.checksum == stamped.batch_checksum
+                        })
+                    {
                         self.cut_wanted = Some(at);
                         stopped = true;
                         break 'prepares;

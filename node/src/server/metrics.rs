@@ -48,6 +48,9 @@ pub struct ShardFigures {
     /// Replica groups the shard hosts (the metadata group counts on shard 0).
     pub groups: u64,
     pub segments: u64,
+    /// Batches a single node's recovery found damaged in its segment logs past a checkpoint and
+    /// applied as lost (their offsets stay taken, their messages are gone).
+    pub batches_lost: u64,
     pub commits: u64,
     pub view_changes: u64,
     /// The metadata group's view and commit (shard 0).
@@ -242,8 +245,13 @@ pub fn render(shards: &[ShardFigures]) -> String {
         let kind = if name.ends_with("bytes") { "counter" } else { "gauge" };
         counter(&mut out, name, help, kind, &per_shard(value));
     }
-    let counters: [(&str, &str, Figure); 11] = [
+    let counters: [(&str, &str, Figure); 12] = [
         ("vireo_connections_accepted_total", "Client connections accepted.", &|f| f.net.accepted),
+        (
+            "vireo_batches_lost_total",
+            "Batches a single node's recovery found damaged in its segment logs and applied as lost.",
+            &|f| f.batches_lost,
+        ),
         ("vireo_commits_total", "Ops committed by the groups hosted.", &|f| f.commits),
         ("vireo_view_changes_total", "Views the groups hosted moved to.", &|f| f.view_changes),
         ("vireo_replica_failures_total", "Groups stopped by a failed write or sync.", &|f| f.replica_failures),

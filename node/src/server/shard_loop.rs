@@ -845,6 +845,16 @@ impl ShardState {
         figures.groups = groups.partitions().count() as u64 + groups.metadata().is_some() as u64;
         figures.segments =
             groups.segment_logs().filter_map(|(_, log)| log.log()).map(|log| log.segment_count() as u64).sum();
+        let batches_lost = groups.segment_logs().map(|(_, log)| log.counters.batches_lost).sum();
+        if batches_lost > figures.batches_lost {
+            tracing::error!(
+                shard = self.shard,
+                batches = batches_lost - figures.batches_lost,
+                "batches lost: recovery found them damaged in a segment log, and a single node has no other copy; \
+                 their offsets stay taken and polls step over them (vireo_batches_lost_total)"
+            );
+        }
+        figures.batches_lost = batches_lost;
         if let Some(metadata) = groups.metadata() {
             figures.metadata_view = metadata.view() as u64;
             figures.metadata_commit = metadata.commit_min();

@@ -379,11 +379,12 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
-    /// Whether this replica leaves its prepares' external spans out of the WAL: only with peers
-    /// to repair from (a single node's WAL keeps the second copy that lets damage in its log cost
-    /// one batch, not the group).
+    /// Whether this replica leaves its prepares' external spans out of the WAL: whenever the
+    /// machine has an external log, so that message bytes are written once. A span that log
+    /// loses to damage is repaired from a peer; a single replica applies it as lost
+    /// (`Replica::fill`), so that damage costs the batch it hits.
     pub(super) fn elides(&self) -> bool {
-        S::EXTERNAL_LOG && self.config.replica_count > 1
+        S::EXTERNAL_LOG
     }
 
     /// Writes the batch's redundant headers once the external log holds what the prepares left

@@ -45,8 +45,8 @@ pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
 use read_index::ReadRounds;
 pub use read_index::READ_ROUND_RESEND_TICKS;
-pub use recovery::FillsWanted;
 use recovery::Opening;
+pub use recovery::{Filled, FillsWanted};
 use timeout::Timeout;
 use view_change::DoViewChangeVote;
 

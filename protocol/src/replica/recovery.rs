@@ -75,12 +75,25 @@ pub struct Opening {
     awaiting_fill: Option<Vec<RecoveredSlot>>,
 }
 
+/// What `Replica::fill` made of the WAL's elided prepares past the checkpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Filled {
+    /// Prepares that came back whole from the external log.
+    pub whole: u64,
+    /// Prepares that did not (repaired from peers, or never durable).
+    pub missing: u64,
+    /// Spans a single replica applies as lost: its log holds them damaged.
+    pub spans_lost: u64,
+}
+
 /// The external log offsets a recovering replica's elided prepares need back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FillsWanted {
     /// The range `[from, to)` their spans lie in.
     pub from: u64,
     pub to: u64,
+    /// Where each span starts, in order (a read that runs into damage goes on from the next).
+    pub starts: Vec<u64>,
     /// The log held every batch below this once (synced, or written where durability is not
     /// enforced and only the process can crash): the highest cursor of a prepare whose redundant
     /// header is durable (written only once the log held its batches). A batch there that fails
@@ -443,7 +456,7 @@ impl<S: StateMachine> Replica<S> {
         opening.wal_prepares = Vec::new();
         opening.awaiting_fill = Some(recovered);
         if self.fills_wanted().is_none() {
-            self.fill(io, |_, _| None);
+            self.fill(io, |_, _| None, |_| false);
         }
     }
 
@@ -463,41 +476,70 @@ impl<S: StateMachine> Replica<S> {
             };
             header.view == state.log_view && header.context as u64 == state.log_view_sequence || installed()
         };
-        let mut wanted = FillsWanted { from: u64::MAX, to: 0, durable: 0 };
+        let mut wanted = FillsWanted { from: u64::MAX, to: 0, starts: Vec::new(), durable: 0 };
         for slot in slots {
             if let RecoveredSlot::Elided { header, elided, redundant } = slot {
                 if header.op > checkpoint_op {
                     wanted.from = wanted.from.min(elided.first_offset().unwrap_or(header.cursor));
                     wanted.to = wanted.to.max(header.cursor);
+                    wanted.starts.extend(elided.spans.iter().map(|span| span.offset));
                     if *redundant && in_log(header) {
                         wanted.durable = wanted.durable.max(header.cursor);
                     }
                 }
             }
         }
+        wanted.starts.sort_unstable();
+        wanted.starts.dedup();
         (wanted.from < wanted.to).then_some(wanted)
     }
 
     /// Puts the elided prepares back together from the external log (`held(offset, len)`: the
-    /// batch of that length it holds at that offset), and finishes opening. Returns how many came
-    /// back whole and how many did not (those are repaired from peers, or were never durable).
-    pub fn fill(&mut self, io: &mut impl Io, mut held: impl FnMut(u64, u32) -> Option<Vec<u8>>) -> (u64, u64) {
+    /// batch of that length it holds at that offset; `damaged(offset)`: it holds the batch at
+    /// that offset damaged, lost on this copy), and finishes opening. A prepare that does not
+    /// come back whole is repaired from peers, or was never durable; on a single replica, with
+    /// no peer, a durable one whose missing spans the log holds damaged comes back with them
+    /// lost (`StateMachine::span_lost`).
+    pub fn fill(
+        &mut self,
+        io: &mut impl Io,
+        mut held: impl FnMut(u64, u32) -> Option<Vec<u8>>,
+        damaged: impl Fn(u64) -> bool,
+    ) -> Filled {
         let mut opening = self.opening.take().expect("opening");
         let slots = opening.awaiting_fill.take().expect("the WAL was read");
         let checkpoint_op = self.superblock_durable().checkpoint_op;
-        let (mut filled, mut missing) = (0, 0);
+        let single = self.config.replica_count == 1;
+        let mut filled = Filled::default();
         let settled = slots
             .into_iter()
             .map(|slot| match slot {
                 // The checkpoint covers it: `open_log` drops it.
                 RecoveredSlot::Elided { header, .. } if header.op <= checkpoint_op => RecoveredSlot::Empty,
+                RecoveredSlot::Elided { header, elided, redundant: true } if single => {
+                    let (body, gaps) = elided.restore_with_gaps(&mut held);
+                    if gaps.is_empty() && header.valid_checksum_body(&body) {
+                        filled.whole += 1;
+                        return RecoveredSlot::Prepare { header, body, redundant: true };
+                    }
+                    if gaps.is_empty() || !gaps.iter().all(|index| damaged(elided.spans[*index].offset)) {
+                        filled.missing += 1;
+                        return RecoveredSlot::HeaderOnly(header);
+                    }
+                    for index in &gaps {
+                        let span = elided.spans[*index];
+                        self.state_machine.span_lost(span.offset, elided.span_end(*index, header.cursor), span.len);
+                    }
+                    filled.spans_lost += gaps.len() as u64;
+                    RecoveredSlot::Holed { header, body }
+                }
                 RecoveredSlot::Elided { .. } => match slot.settle(&mut held) {
                     whole @ RecoveredSlot::Prepare { .. } => {
-                        filled += 1;
+                        filled.whole += 1;
                         whole
                     }
                     other => {
-                        missing += 1;
+                        filled.missing += 1;
                         other
                     }
                 },
@@ -506,7 +548,7 @@ impl<S: StateMachine> Replica<S> {
             .collect();
         drop(opening);
         self.open_log(io, settled);
-        (filled, missing)
+        filled
     }
 
     fn open_log(&mut self, io: &mut impl Io, slots: Vec<RecoveredSlot>) {
@@ -523,6 +565,9 @@ impl<S: StateMachine> Replica<S> {
                     if !redundant {
                         unconfirmed.push(header.op);
                     }
+                }
+                RecoveredSlot::Holed { header, body } if header.op > checkpoint_op => {
+                    self.journal.insert_holed(Entry { header, body: Some(body.into()), durable: true, faulty: false });
                 }
                 RecoveredSlot::HeaderOnly(header)
                     if header.op > checkpoint_op && self.config.bug != Some(Bug::RestartDropsDamagedPrepares) =>
