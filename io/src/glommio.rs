@@ -1311,13 +1311,27 @@ pub fn flush_all_filesystems() {
 /// Keeps freed heap memory in the process instead of returning it to the kernel, so the buffers
 /// of a steady stream of batches (hundreds of KiB each) are reused rather than page-faulted in
 /// anew every time: what Iggy's memory pool does, with glibc's own allocator.
-pub fn keep_freed_memory() {
-    const KEEP: libc::c_int = 256 << 20;
-    // SAFETY: mallopt only changes allocator thresholds.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, KEEP);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, KEEP);
+///
+/// glibc takes an mmap threshold of at most 32 MiB (half its largest heap) and refuses more
+/// without a word, while any threshold set turns its own adjustment off: asking for 256 MiB left
+/// it at 128 KiB for good, and every batch was an mmap whose pages the kernel zeroed as they were
+/// first touched (`clear_page_erms`, 5% of the pinned producer's samples). Both calls are checked.
+pub fn keep_freed_memory() -> Result<(), String> {
+    /// Allocations below come from the heap: batches of every usual size (a frame may reach
+    /// `FRAME_SIZE_MAX`; one above this is mapped).
+    const MMAP_THRESHOLD: libc::c_int = 32 << 20;
+    /// Freed memory at the top of a heap is kept up to this much.
+    const TRIM_THRESHOLD: libc::c_int = 256 << 20;
+    for (parameter, name, value) in [
+        (libc::M_MMAP_THRESHOLD, "M_MMAP_THRESHOLD", MMAP_THRESHOLD),
+        (libc::M_TRIM_THRESHOLD, "M_TRIM_THRESHOLD", TRIM_THRESHOLD),
+    ] {
+        // SAFETY: mallopt only changes allocator thresholds.
+        if unsafe { libc::mallopt(parameter, value) } != 1 {
+            return Err(format!("mallopt({name}, {value}) refused"));
+        }
     }
+    Ok(())
 }
 
 /// Every frame, both ways, is a 256-byte header whose u32 at byte 48 is the frame's whole size
@@ -1527,4 +1541,14 @@ async fn settle_polled_ring_probe(root: &Path) {
         }
     }
     let _ = std::fs::remove_file(&path);
+}
+
+#[cfg(test)]
+mod tests {
+    /// glibc refuses an mmap threshold above 32 MiB silently (256 MiB once left batches mapped one
+    /// by one): the thresholds asked for are ones it takes.
+    #[test]
+    fn the_allocator_takes_the_thresholds_that_keep_batches_in_the_heap() {
+        super::keep_freed_memory().expect("glibc takes both thresholds");
+    }
 }

@@ -65,7 +65,9 @@ pub fn main() -> ExitCode {
     let args = Args::parse();
     // Batches are hundreds of kB: with glibc's default thresholds each one is an mmap, page
     // faults on first touch and an munmap; kept in the heap they are reused.
-    vireo_io::glommio::keep_freed_memory();
+    if let Err(reason) = vireo_io::glommio::keep_freed_memory() {
+        eprintln!("vireo-server: {reason}: batches will be mapped and unmapped one by one");
+    }
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(reason) => {

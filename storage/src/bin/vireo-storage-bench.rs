@@ -86,7 +86,9 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    keep_freed_memory();
+    if let Err(reason) = keep_freed_memory() {
+        eprintln!("vireo-storage-bench: {reason}");
+    }
     let result = match cli.command {
         None => run_in_shard(cli.run.cpu, move || bench(cli.run)),
         Some(Command::Soak { dir, partitions }) => run_in_shard(0, move || soak(dir, partitions)),
