@@ -28,7 +28,7 @@ use vireo_protocol::request::batched_requests;
 use vireo_protocol::{Header, StateMachine};
 use vireo_storage::batch::{self, BatchHeader};
 use vireo_storage::checksum::checksum64;
-use vireo_storage::partition::{segment, PollingStrategy};
+use vireo_storage::partition::PollingStrategy;
 
 use super::request::{
     decode_send_head, encode_offset_reply, encode_poll_reply, encode_send_reply, encode_status, ConsumerKey,
@@ -112,13 +112,23 @@ impl Eq for LostBatches {}
 /// them, and everywhere else the batch is a prepare's body, which its `checksum_body` vouches for.
 /// A client's batch that `stamp` refused fails the structure checks here as it failed them there.
 fn stamped_send(batch: &[u8], partition: u32, next_offset: u64, timestamp_us: u64) -> Option<BatchHeader> {
-    let header = batch::check_stamped(batch).ok()?;
+    stamped_send_with_timestamp_max(batch, partition, next_offset, timestamp_us).map(|(header, _)| header)
+}
+
+/// `stamped_send`, with the batch's largest message timestamp read in the same walk.
+fn stamped_send_with_timestamp_max(
+    batch: &[u8],
+    partition: u32,
+    next_offset: u64,
+    timestamp_us: u64,
+) -> Option<(BatchHeader, u64)> {
+    let (header, timestamp_max) = batch::check_stamped_with_timestamp_max(batch).ok()?;
     let exact = batch.len() == header.batch_length as usize
         && header.message_count > 0
         && header.partition_id == partition as u64
         && header.base_offset == next_offset
         && header.base_timestamp == timestamp_us;
-    exact.then_some(header)
+    exact.then_some((header, timestamp_max))
 }
 
 /// What a prepared request holds for the segment log, read before it commits.
@@ -292,8 +302,9 @@ impl PartitionMachine {
             let _ = batch::stamp(&mut restamped, partition as u64, self.next_offset, timestamp_us);
             bytes = restamped.into();
         }
-        let header =
-            stamped_send(&bytes, partition, self.next_offset, timestamp_us).ok_or(PartitionStatus::InvalidBatch)?;
+        let (header, timestamp_max) =
+            stamped_send_with_timestamp_max(&bytes, partition, self.next_offset, timestamp_us)
+                .ok_or(PartitionStatus::InvalidBatch)?;
         let count = header.message_count;
         let base_offset = self.next_offset;
         let entry = BatchEntry {
@@ -301,7 +312,7 @@ impl PartitionMachine {
             message_count: count,
             len: u32::try_from(bytes.len()).expect("a frame holds the batch"),
             checksum: header.batch_checksum,
-            timestamp_max: segment::batch_timestamp_max(&bytes).max(timestamp_us),
+            timestamp_max: timestamp_max.max(timestamp_us),
         };
         self.applied.0.push_back((base_offset, bytes));
         self.store(entry, retention, timestamp_us);

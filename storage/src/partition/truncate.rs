@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use vireo_io::{Bytes, Io};
 
-use super::segment::{self, INDEX_ENTRY_SIZE};
+use super::segment::INDEX_ENTRY_SIZE;
 use super::{AppendError, Appended, Op, PartitionLog, Status, Unit};
 use crate::batch::{self, BatchHeader};
 
@@ -63,14 +63,13 @@ impl PartitionLog {
     /// the caller validated bytes fetched from a peer), so a batch is not hashed again here.
     pub fn append_stamped(&mut self, io: &mut impl Io, batch: Bytes) -> Result<Appended, AppendError> {
         self.admit_append(batch.len())?;
-        let header = batch::check_stamped(&batch)?;
+        let (header, timestamp_max) = batch::check_stamped_with_timestamp_max(&batch)?;
         if header.partition_id != self.config.partition_id {
             return Err(AppendError::WrongPartition { expected: self.config.partition_id, found: header.partition_id });
         }
         if header.base_offset != self.end_offset() {
             return Err(AppendError::NotNext { expected: self.end_offset(), found: header.base_offset });
         }
-        let timestamp_max = segment::batch_timestamp_max(&batch);
         self.last_timestamp = self.last_timestamp.max(header.base_timestamp);
         self.push_batch(io, &header, timestamp_max, batch);
         Ok(Appended {
