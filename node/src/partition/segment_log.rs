@@ -207,7 +207,8 @@ pub struct SegmentLog {
     /// batches from here to the log's end were appended from prepares not committed yet (or came
     /// back from the files after a crash) and are checked as they commit.
     verified_to: u64,
-    /// The frontier the log was claimed with at its last open.
+    /// The durable checkpoint's cursor the log was claimed with at its last open: checked and
+    /// committed below it.
     claimed: u64,
     /// Where the log was claimed to when it opened: the durable checkpoint's cursor, or past it
     /// the highest cursor of a prepare whose redundant header is durable (its batches were held
@@ -854,15 +855,15 @@ impl SegmentLog {
                 _ => false,
             };
             let trusted = machine.batch_at(at).filter(|_| self.replica_count == 1 && at < self.frontier);
-            match held.filter(|_| same) {
-                Some(held) => self.verified_to = held.end_offset,
+            match (held.filter(|_| same), trusted) {
+                (Some(held), _) => self.verified_to = held.end_offset,
                 // A single node's log below the WAL's durable cursors is its only copy, written
                 // from this group's own prepares (no view change replaces them on one node) and
                 // checked by recovery. What it does not remember there is a damaged run (its
                 // batches lost, reads step over it) or the batches before one (the tail the log
                 // remembers starts after the damage): cutting would lose them all.
-                None if trusted.is_some() => self.verified_to = trusted.expect("checked").end_offset(),
-                None => {
+                (None, Some(entry)) => self.verified_to = entry.end_offset(),
+                (None, None) => {
                     self.cut_wanted = Some(at);
                     if !self.cut(io) {
                         return;
@@ -1079,25 +1080,16 @@ impl SegmentLog {
                 let run = self.log.as_ref().and_then(|log| {
                     log.damaged_runs().into_iter().find(|run| run.from_offset <= offset && offset < run.to_offset)
                 });
-                // Damage recovery kept inside the log (a run), or that this read found (a batch
-                // in a sealed segment recovery trusted unread): the spans that start in it are
-                // lost on this copy, and the read goes on from the next span.
-                let (lost, next) = match run {
-                    Some(run) => {
-                        let lost: Vec<u64> = filling
-                            .starts
-                            .iter()
-                            .copied()
-                            .filter(|start| run.from_offset <= *start && *start < run.to_offset)
-                            .collect();
-                        (lost, Some(run.to_offset))
-                    }
+                // Damage recovery kept inside the log (a run: its spans are marked lost once the
+                // fill is done), or damage this read ran into: the span it hits is lost on this
+                // copy, and the read goes on from the next span.
+                let next = match run {
+                    Some(run) => Some(run.to_offset),
                     None => {
-                        let hit = filling.starts.iter().rev().find(|start| **start <= offset).copied();
-                        (hit.into_iter().collect(), filling.starts.iter().find(|start| **start > offset).copied())
+                        filling.read.damaged.extend(filling.starts.iter().rev().find(|start| **start <= offset));
+                        filling.starts.iter().find(|start| **start > offset).copied()
                     }
                 };
-                filling.read.damaged.extend(lost);
                 match next {
                     Some(next) if next > filling.at => filling.at = next,
                     _ => filling.done = true,
