@@ -5,8 +5,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# A clean clone builds once: incremental caches would only add gigabytes to its disk.
+export CARGO_INCREMENTAL=0
+
 step "toolchain"
 cargo --version
+df -h . | tail -1
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
     rustup component add rustfmt clippy
 fi
@@ -61,3 +65,6 @@ step "streaming simulator sweep (whole clusters: nodes x shards, metadata and pa
 streaming_seeds="${VIREO_STREAMING_SEEDS:-700}"
 ./target/release/vireo-sim sweep --seeds "$streaming_seeds" --workload streaming | tee target/sweep-streaming.txt
 grep -qx "$streaming_seeds passed, 0 failed" target/sweep-streaming.txt
+
+step "disk used by the build"
+du -sh target
