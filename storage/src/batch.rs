@@ -46,6 +46,11 @@ impl BatchHeader {
         self.base_offset + self.message_count as u64 - 1
     }
 
+    /// Whether the base timestamp leaves room for any message's u32 delta: a stamped batch must.
+    pub fn has_timestamp_room(&self) -> bool {
+        self.base_timestamp.checked_add(u32::MAX as u64).is_some()
+    }
+
     /// The offset just past the batch.
     pub fn end_offset(&self) -> u64 {
         self.base_offset + self.message_count as u64
@@ -128,18 +133,26 @@ pub struct Message<'a> {
 /// Where each message of a batch lies: (frame start, total length), in order. Checks every frame
 /// fits, has its reserved bytes zero, and that the messages fill the batch exactly.
 fn message_spans(bytes: &[u8], header: &BatchHeader) -> Result<Vec<(usize, usize)>, BatchError> {
+    let mut spans = Vec::with_capacity(header.message_count as usize);
+    walk_frames(bytes, header, |_, at, len| spans.push((at, len)))?;
+    Ok(spans)
+}
+
+/// Hands `visit` each message's (index, frame start, total length) in order, checking the frames
+/// as `message_spans` does; a frame that fails ends the walk with its error. One pass and no
+/// allocation: the checks that run on every send and every apply walk the frames once.
+fn walk_frames(bytes: &[u8], header: &BatchHeader, mut visit: impl FnMut(u32, usize, usize)) -> Result<(), BatchError> {
     let end = header.batch_length as usize;
     if bytes.len() < end {
         return Err(BatchError::Short);
     }
-    let mut spans = Vec::with_capacity(header.message_count as usize);
     let mut at = BATCH_HEADER_SIZE;
     for index in 0..header.message_count {
         if at + MESSAGE_FRAME_SIZE > end {
             return Err(BatchError::Frame(index));
         }
         let frame = &bytes[at..at + MESSAGE_FRAME_SIZE];
-        if frame[40..48].iter().any(|&b| b != 0) {
+        if u64::from_le_bytes(frame[40..48].try_into().unwrap()) != 0 {
             return Err(BatchError::FrameReserved(index));
         }
         let headers_len = u32::from_le_bytes(frame[32..36].try_into().unwrap()) as usize;
@@ -148,13 +161,13 @@ fn message_spans(bytes: &[u8], header: &BatchHeader) -> Result<Vec<(usize, usize
         if at + len > end {
             return Err(BatchError::Frame(index));
         }
-        spans.push((at, len));
+        visit(index, at, len);
         at += len;
     }
     if at != end {
         return Err(BatchError::TrailingBytes);
     }
-    Ok(spans)
+    Ok(())
 }
 
 fn message_checksum(message: &[u8]) -> u64 {
@@ -162,15 +175,39 @@ fn message_checksum(message: &[u8]) -> u64 {
 }
 
 /// The reference's batch checksum: header fields 0..40 (five u64s) and 48..52 (message_count),
-/// then the messages' checksums.
-fn batch_checksum(header_bytes: &[u8], message_checksums: impl Iterator<Item = u64>) -> u64 {
-    let mut hasher = Xxh3::new();
-    hasher.update(&header_bytes[0..40]);
-    hasher.update(&header_bytes[48..52]);
-    for checksum in message_checksums {
-        hasher.update(&checksum.to_le_bytes());
+/// then the messages' checksums, fed one at a time as a walk over the frames finds them. They are
+/// gathered into blocks before they reach the hasher, whose per-update cost would otherwise be
+/// paid for every 8 bytes.
+struct ChecksumChain {
+    hasher: Xxh3,
+    pending: [u8; CHECKSUM_CHAIN_BLOCK],
+    filled: usize,
+}
+
+/// How many bytes of message checksums `ChecksumChain` gathers per hasher update.
+const CHECKSUM_CHAIN_BLOCK: usize = 512;
+
+impl ChecksumChain {
+    fn new(header_bytes: &[u8]) -> ChecksumChain {
+        let mut hasher = Xxh3::new();
+        hasher.update(&header_bytes[0..40]);
+        hasher.update(&header_bytes[48..52]);
+        ChecksumChain { hasher, pending: [0; CHECKSUM_CHAIN_BLOCK], filled: 0 }
     }
-    hasher.digest()
+
+    fn push(&mut self, checksum: u64) {
+        if self.filled == CHECKSUM_CHAIN_BLOCK {
+            self.hasher.update(&self.pending);
+            self.filled = 0;
+        }
+        self.pending[self.filled..self.filled + 8].copy_from_slice(&checksum.to_le_bytes());
+        self.filled += 8;
+    }
+
+    fn finish(mut self) -> u64 {
+        self.hasher.update(&self.pending[..self.filled]);
+        self.hasher.digest()
+    }
 }
 
 /// Checks a whole batch: header, frame lengths, every message checksum and the batch checksum.
@@ -197,29 +234,37 @@ pub fn check_stamped_with_timestamp_max(bytes: &[u8]) -> Result<(BatchHeader, u6
 }
 
 /// The header, and the largest message timestamp (0 without messages, as `timestamp_max`).
+///
+/// One walk over the frames does every check. The errors are the ones separate passes would give,
+/// in the same precedence: a frame that does not fit first, then the timestamp room, then the
+/// first message that fails its checksum or its dense offset, then the batch checksum.
 fn check(bytes: &[u8], hash_messages: bool) -> Result<(BatchHeader, u64), BatchError> {
     let header = BatchHeader::decode(bytes)?;
-    let spans = message_spans(bytes, &header)?;
-    if header.base_timestamp.checked_add(u32::MAX as u64).is_none() {
-        return Err(BatchError::Header("base_timestamp leaves no room for message timestamps"));
-    }
+    let mut chain = ChecksumChain::new(&bytes[..BATCH_HEADER_SIZE]);
+    let mut message_error = None;
     let mut delta_max = None;
-    for (index, &(at, len)) in spans.iter().enumerate() {
-        if hash_messages {
-            let stored = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
-            if stored != message_checksum(&bytes[at..at + len]) {
-                return Err(BatchError::MessageChecksum(index as u32));
-            }
+    walk_frames(bytes, &header, |index, at, len| {
+        let stored = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+        chain.push(stored);
+        if message_error.is_some() {
+            return;
         }
+        if hash_messages && stored != message_checksum(&bytes[at..at + len]) {
+            message_error = Some(BatchError::MessageChecksum(index));
         // A stamped batch's offsets are dense: message i is at base_offset + i.
-        if u32::from_le_bytes(bytes[at + 24..at + 28].try_into().unwrap()) != index as u32 {
-            return Err(BatchError::Frame(index as u32));
+        } else if u32::from_le_bytes(bytes[at + 24..at + 28].try_into().unwrap()) != index {
+            message_error = Some(BatchError::Frame(index));
         }
         let delta = u32::from_le_bytes(bytes[at + 28..at + 32].try_into().unwrap());
         delta_max = delta_max.max(Some(delta));
+    })?;
+    if !header.has_timestamp_room() {
+        return Err(BatchError::Header("base_timestamp leaves no room for message timestamps"));
     }
-    let checksums = spans.iter().map(|&(at, _)| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()));
-    if batch_checksum(&bytes[..BATCH_HEADER_SIZE], checksums) != header.batch_checksum {
+    if let Some(error) = message_error {
+        return Err(error);
+    }
+    if chain.finish() != header.batch_checksum {
         return Err(BatchError::BatchChecksum);
     }
     // No overflow: the base leaves room for any u32 delta (checked above).
@@ -229,10 +274,6 @@ fn check(bytes: &[u8], hash_messages: bool) -> Result<(BatchHeader, u64), BatchE
 /// Checks the structure of a batch a client sent (checksums are recomputed by `stamp`, so a client
 /// may leave them zero) and returns its header.
 pub fn check_client_batch(bytes: &[u8]) -> Result<BatchHeader, BatchError> {
-    client_batch_spans(bytes).map(|(header, _)| header)
-}
-
-fn client_batch_spans(bytes: &[u8]) -> Result<(BatchHeader, Vec<(usize, usize)>), BatchError> {
     let header = BatchHeader::decode(bytes)?;
     if bytes.len() != header.batch_length as usize {
         return Err(if bytes.len() < header.batch_length as usize {
@@ -241,8 +282,8 @@ fn client_batch_spans(bytes: &[u8]) -> Result<(BatchHeader, Vec<(usize, usize)>)
             BatchError::TrailingBytes
         });
     }
-    let spans = message_spans(bytes, &header)?;
-    Ok((header, spans))
+    walk_frames(bytes, &header, |_, _, _| {})?;
+    Ok(header)
 }
 
 /// A batch as `stamp` left it.
@@ -261,23 +302,29 @@ pub fn stamp(
     base_offset: u64,
     base_timestamp: u64,
 ) -> Result<Stamped, BatchError> {
-    let (mut header, spans) = client_batch_spans(bytes)?;
-    let mut checksums = Vec::with_capacity(spans.len());
-    let mut delta_max = 0u64;
-    for (index, &(at, len)) in spans.iter().enumerate() {
-        let message = &mut bytes[at..at + len];
-        message[24..28].copy_from_slice(&(index as u32).to_le_bytes());
-        delta_max = delta_max.max(u32::from_le_bytes(message[28..32].try_into().unwrap()) as u64);
-        let checksum = message_checksum(message);
-        message[0..8].copy_from_slice(&checksum.to_le_bytes());
-        checksums.push(checksum);
-    }
+    let mut header = check_client_batch(bytes)?;
     header.partition_id = partition_id;
     header.base_offset = base_offset;
     header.base_timestamp = base_timestamp;
     header.batch_checksum = 0;
     header.encode_into(bytes);
-    header.batch_checksum = batch_checksum(&bytes[..BATCH_HEADER_SIZE], checksums.into_iter());
+    let mut chain = ChecksumChain::new(&bytes[..BATCH_HEADER_SIZE]);
+    let mut delta_max = 0u64;
+    // The frames were checked above: each one's lengths say where the next begins.
+    let mut at = BATCH_HEADER_SIZE;
+    for index in 0..header.message_count {
+        let headers_len = u32::from_le_bytes(bytes[at + 32..at + 36].try_into().unwrap()) as usize;
+        let payload_len = u32::from_le_bytes(bytes[at + 36..at + 40].try_into().unwrap()) as usize;
+        let len = MESSAGE_FRAME_SIZE + payload_len + headers_len;
+        let message = &mut bytes[at..at + len];
+        at += len;
+        message[24..28].copy_from_slice(&index.to_le_bytes());
+        delta_max = delta_max.max(u32::from_le_bytes(message[28..32].try_into().unwrap()) as u64);
+        let checksum = message_checksum(message);
+        message[0..8].copy_from_slice(&checksum.to_le_bytes());
+        chain.push(checksum);
+    }
+    header.batch_checksum = chain.finish();
     header.encode_into(bytes);
     let timestamp_max = base_timestamp.checked_add(delta_max).ok_or(BatchError::Header("timestamp overflows"))?;
     Ok(Stamped { header, timestamp_max })
@@ -475,6 +522,37 @@ mod tests {
         assert_eq!(validate(&stamped), Err(BatchError::FrameReserved(1)));
     }
 
+    /// `check` as separate passes (the spans, then the messages, then the batch checksum), as it
+    /// was before it became one walk: the model the walk must agree with, error for error.
+    fn check_in_passes(bytes: &[u8], hash_messages: bool) -> Result<(BatchHeader, u64), BatchError> {
+        let header = BatchHeader::decode(bytes)?;
+        let spans = message_spans(bytes, &header)?;
+        if header.base_timestamp.checked_add(u32::MAX as u64).is_none() {
+            return Err(BatchError::Header("base_timestamp leaves no room for message timestamps"));
+        }
+        let mut delta_max = None;
+        for (index, &(at, len)) in spans.iter().enumerate() {
+            let stored = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            if hash_messages && stored != xxh3_64(&bytes[at + 8..at + len]) {
+                return Err(BatchError::MessageChecksum(index as u32));
+            }
+            if u32::from_le_bytes(bytes[at + 24..at + 28].try_into().unwrap()) != index as u32 {
+                return Err(BatchError::Frame(index as u32));
+            }
+            delta_max = delta_max.max(Some(u32::from_le_bytes(bytes[at + 28..at + 32].try_into().unwrap())));
+        }
+        let mut hashed = Vec::new();
+        hashed.extend_from_slice(&bytes[0..40]);
+        hashed.extend_from_slice(&bytes[48..52]);
+        for &(at, _) in &spans {
+            hashed.extend_from_slice(&bytes[at..at + 8]);
+        }
+        if xxh3_64(&hashed) != header.batch_checksum {
+            return Err(BatchError::BatchChecksum);
+        }
+        Ok((header, delta_max.map_or(0, |delta| header.base_timestamp + delta as u64)))
+    }
+
     proptest! {
         #[test]
         fn a_slice_holds_exactly_the_messages_in_its_range(
@@ -558,6 +636,30 @@ mod tests {
             let bit = bit.index(bytes.len() * 8);
             bytes[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(validate(&bytes).is_err());
+        }
+
+        #[test]
+        fn the_one_walk_check_gives_what_separate_passes_give(
+            messages in prop::collection::vec((any::<u128>(), prop::collection::vec(any::<u8>(), 0..40),
+                prop::collection::vec(any::<u8>(), 0..8)), 1..80),
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+            base_timestamp in prop_oneof![0u64..1 << 40, u64::MAX - (1 << 33)..=u64::MAX],
+            cut in any::<prop::sample::Index>(),
+            cut_it in any::<bool>(),
+        ) {
+            // Up to 80 messages: past one `ChecksumChain` block (64 checksums).
+            let mut bytes = batch_of(&messages);
+            stamp(&mut bytes, 3, 40, base_timestamp).unwrap();
+            for (at, value) in edits {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            if cut_it {
+                bytes.truncate(cut.index(bytes.len() + 1));
+            }
+            for hash_messages in [false, true] {
+                prop_assert_eq!(check(&bytes, hash_messages), check_in_passes(&bytes, hash_messages));
+            }
         }
 
         #[test]

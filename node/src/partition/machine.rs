@@ -654,13 +654,16 @@ impl StateMachine for PartitionMachine {
         let Ok((partition, _)) = decode_send_head(body) else { return cursor };
         let timestamp_us = timestamp / 1000;
         let batch = &mut body[SEND_BATCH_AT..];
-        // A batch that does not stamp is left as it is (or half stamped): `stamped_send` refuses
-        // it, here and in `apply`.
-        let _ = batch::stamp(batch, partition as u64, cursor, timestamp_us);
-        match stamped_send(batch, partition, cursor, timestamp_us) {
-            Some(header) => cursor + header.message_count as u64,
-            None => cursor,
-        }
+        // A batch that does not stamp is left as it is (or fully stamped but for a timestamp
+        // that overflows): `stamped_send` refuses it, here and in `apply`. What `stamp` accepts
+        // and writes passes every check `stamped_send` makes but the timestamp room, which the
+        // header alone says: the frames are not walked again to count the messages.
+        let stamped = batch::stamp(batch, partition as u64, cursor, timestamp_us)
+            .ok()
+            .filter(|stamped| stamped.header.has_timestamp_room())
+            .map(|stamped| stamped.header);
+        debug_assert_eq!(stamped, stamped_send(batch, partition, cursor, timestamp_us), "stamp and its check agree");
+        cursor + stamped.map_or(0, |header| header.message_count as u64)
     }
 
     /// A prepare's send batches, if they are stamped one after another up to the prepare's cursor
