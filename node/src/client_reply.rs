@@ -69,7 +69,7 @@ fn write_poll_reply(polled: &PollReply, out: &mut Vec<u8>) -> Result<(), u32> {
     out.extend_from_slice(&current_offset.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     let mut count = 0u64;
-    let mut rest = polled.batches.as_slice();
+    let mut rest = &polled.batches[..];
     while !rest.is_empty() {
         let header = batch::BatchHeader::decode(rest).map_err(|_| STATUS_INVALID_COMMAND)?;
         let length = header.batch_length as usize;

@@ -88,7 +88,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use vireo_io::{Completion, Io, Namespace, Peer};
+use vireo_io::{Bytes, Completion, Io, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{
     encode_frame, group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX,
@@ -306,6 +306,14 @@ impl PendingAnswer {
     fn given_up(&self, tick: u64, since_tick: u64) -> bool {
         since_tick + PARKED_READ_TICKS_MAX <= tick
     }
+}
+
+/// `first` then `then`, in one buffer: a poll answered by more than one read.
+fn joined(first: &[u8], then: &[u8]) -> Bytes {
+    let mut bytes = Vec::with_capacity(first.len() + then.len());
+    bytes.extend_from_slice(first);
+    bytes.extend_from_slice(then);
+    bytes.into()
 }
 
 /// Who a parked read's batches go to.
@@ -1307,7 +1315,7 @@ impl Node {
         if open && self.bug() == Some(Bug::PollPastCommit) {
             if let Some((committed, tail)) = self.read_past_commit(&request, &poll) {
                 if committed.count == 0 {
-                    let reply = PollReply { count: tail.0, batches: tail.1, ..committed };
+                    let reply = PollReply { count: tail.0, batches: tail.1.into(), ..committed };
                     let frame = self.poll_answer(&request, &reply);
                     self.send_read_answer(io, request.origin, connection, frame);
                     return;
@@ -1319,7 +1327,7 @@ impl Node {
         let mut plan = match self.shard.partition(group).filter(|replica| replica.status() != Status::Opening) {
             Some(_) if bug_plan.is_some() => bug_plan.take().expect("checked"),
             Some(replica) => replica.state_machine().plan_read(partition, consumer, strategy, count),
-            None => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Vec::new() },
+            None => PollReply { partition, current_offset: u64::MAX, start: 0, count: 0, batches: Bytes::new() },
         };
         if open && self.bug() == Some(Bug::ReadUncheckedTail) {
             // The planted bug: the range goes on as far as the segment log does.
@@ -1400,7 +1408,7 @@ impl Node {
             let group = group_namespace(parked.answer.group_field()).expect("a parked read names its group");
             let segments = self.shard.segment_log(group);
             let lost = |from: u64, to: u64| segments.is_some_and(|segments| segments.lost_between(from, to));
-            let mut rest = read.bytes.as_slice();
+            let mut rest = &read.bytes[..];
             let mut taken = 0;
             while let Ok(header) = BatchHeader::decode(rest) {
                 let Some(len) = usize::try_from(header.batch_length).ok().filter(|len| *len <= rest.len()) else {
@@ -1419,13 +1427,11 @@ impl Node {
                 rest = &rest[len..];
             }
             // The batches taken are the read's first `taken` bytes: a first read's buffer becomes
-            // the reply's batches as it is, a later one's is appended to them.
+            // the reply's batches as it is, a later one's is joined to them.
             if parked.plan.batches.is_empty() {
-                let mut bytes = read.bytes;
-                bytes.truncate(taken);
-                parked.plan.batches = bytes;
+                parked.plan.batches = read.bytes.slice(..taken);
             } else {
-                parked.plan.batches.extend_from_slice(&read.bytes[..taken]);
+                parked.plan.batches = joined(&parked.plan.batches, &read.bytes[..taken]);
             }
         }
         if parked.covered_to < end
@@ -1460,7 +1466,7 @@ impl Node {
                 let mut reply = reply;
                 if let Some((count, batches)) = past_commit {
                     reply.count += count;
-                    reply.batches.extend_from_slice(&batches);
+                    reply.batches = joined(&reply.batches, &batches);
                 }
                 let frame = self.poll_answer(&request, &reply);
                 self.send_read_answer(io, request.origin, connection, frame);

@@ -430,7 +430,7 @@ impl PartitionMachine {
             current_offset: self.current_offset(),
             start: chosen.start,
             count: chosen.count,
-            batches: Vec::new(),
+            batches: Bytes::new(),
         })
     }
 
@@ -480,7 +480,7 @@ impl PartitionMachine {
             current_offset: self.current_offset(),
             start: chosen.start,
             count: chosen.count,
-            batches: Vec::new(),
+            batches: Bytes::new(),
         }
     }
 

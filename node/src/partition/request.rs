@@ -31,6 +31,7 @@
 //! Consumer: kind u8 (1 consumer, 2 consumer group) + id u32.
 
 use thiserror::Error;
+use vireo_io::Bytes;
 use vireo_storage::partition::PollingStrategy;
 
 pub const OPERATION_SEND_MESSAGES: u8 = 160;
@@ -350,7 +351,8 @@ pub struct PollReply {
     pub current_offset: u64,
     pub start: u64,
     pub count: u32,
-    pub batches: Vec<u8>,
+    /// Shared, not copied: a read's buffer (a slice of it) becomes these as it is.
+    pub batches: Bytes,
 }
 
 /// The status word of any partition reply; `Err` for a reply too short to hold one.
@@ -406,7 +408,7 @@ pub fn decode_poll_reply(reply: &[u8]) -> Result<PollReply, RequestError> {
     let current_offset = reader.u64("current_offset")?;
     let count = reader.u32("count")?;
     let start = reader.u64("start")?;
-    Ok(PollReply { partition, current_offset, start, count, batches: reply[reader.offset..].to_vec() })
+    Ok(PollReply { partition, current_offset, start, count, batches: Bytes::copy_from_slice(&reply[reader.offset..]) })
 }
 
 pub fn encode_status(status: Option<PartitionStatus>) -> Vec<u8> {

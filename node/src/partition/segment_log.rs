@@ -570,7 +570,7 @@ impl SegmentLog {
                     match self.serving.remove(&id) {
                         Some(peer) => {
                             // Only whole batches from where the peer's log ends.
-                            let bytes = result.map(|read| read.bytes).unwrap_or_default();
+                            let bytes = result.map(|read| Vec::from(read.bytes)).unwrap_or_default();
                             let mut header = self.header(Command::Batches);
                             header.op = BatchHeader::decode(&bytes).map_or(0, |first| first.base_offset);
                             io.send(Peer::Replica(peer), Message::new(header, bytes).encode());
@@ -1345,7 +1345,7 @@ fn seal_before(log: &mut PartitionLog, io: &mut impl Io, bug: Option<Bug>, count
 /// Whether a read's batches run through `offset` (a suspect damaged place; never `u64::MAX`,
 /// which stands for an I/O error at an unknown place).
 fn read_covers(read: &ReadBatches, offset: u64) -> bool {
-    let mut rest = read.bytes.as_slice();
+    let mut rest = &read.bytes[..];
     while let Ok(header) = BatchHeader::decode(rest) {
         if header.base_offset <= offset && offset < header.end_offset() {
             return true;

@@ -10,7 +10,7 @@
 //! sent a read, the read scans again from the entry before it (the segment's start at worst) and
 //! reports damage only if the scan from there meets it too.
 
-use vireo_io::{Completion, Io, IoError};
+use vireo_io::{Bytes, Completion, Io, IoError};
 
 use super::segment::{self, ScanStop};
 use super::{Op, PartitionEvent, PartitionLog, Status};
@@ -67,7 +67,8 @@ pub struct ReadBatches {
     /// The first offset the request asked for; the first batch may begin before it.
     pub start_offset: u64,
     /// Whole stamped batches, back to back; empty when there is nothing at or after the start.
-    pub bytes: Vec<u8>,
+    /// A slice of what was read: the bytes before the first batch wanted are skipped, not moved.
+    pub bytes: Bytes,
     pub batch_count: u32,
     /// The partition's end offset when the read finished.
     pub end_offset: u64,
@@ -117,7 +118,7 @@ impl PartitionLog {
 
     fn empty_read(&mut self, request: &ReadRequest, start_offset: u64) {
         let end_offset = self.end_offset();
-        self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes: Vec::new(), batch_count: 0, end_offset }));
+        self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes: Bytes::new(), batch_count: 0, end_offset }));
     }
 
     pub(super) fn start_read(&mut self, io: &mut impl Io, request: ReadRequest) {
@@ -264,7 +265,7 @@ impl PartitionLog {
         io: &mut impl Io,
         request: ReadRequest,
         at: (u64, u64, u64),
-        mut bytes: Vec<u8>,
+        bytes: Vec<u8>,
         named: Option<u64>,
     ) {
         let (segment_start, position, expected_first) = at;
@@ -297,8 +298,7 @@ impl PartitionLog {
             }
         }
         if let (Some(first), Some(start_offset)) = (first, start_offset) {
-            bytes.truncate(last);
-            bytes.drain(..first);
+            let bytes = Bytes::from(bytes).slice(first..last);
             let end_offset = self.end_offset();
             return self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes, batch_count, end_offset }));
         }
