@@ -317,6 +317,8 @@ struct Shared {
     /// Connections still in their TLS handshake (not yet in `connections`).
     handshaking: Cell<usize>,
     net_counters: Cell<NetCounters>,
+    /// What client frames are read into, given back by the node once answered.
+    receive_buffers: RefCell<crate::receive_buffers::ReceiveBuffers>,
 }
 
 /// An open client connection as the driver holds it.
@@ -752,6 +754,7 @@ impl GlommioIo {
                 tls: config.tls.clone(),
                 handshaking: Cell::new(0),
                 net_counters: Cell::new(NetCounters::default()),
+                receive_buffers: RefCell::new(crate::receive_buffers::ReceiveBuffers::default()),
             }),
             in_flight: Rc::new(Cell::new(0)),
             started: std::time::Instant::now(),
@@ -831,6 +834,11 @@ impl GlommioIo {
     /// Queues a frame on a client connection (what `Io::send` to a `Peer::Client` does).
     pub fn send_to_client(&mut self, client: u128, frame: Vec<u8>) {
         self.shared.send_to_client(client, frame);
+    }
+
+    /// A client frame the node is done with: the next large frame may be read into it.
+    pub fn recycle_frame(&mut self, frame: Vec<u8>) {
+        self.shared.receive_buffers.borrow_mut().give(frame);
     }
 
     /// Closes a client connection; its `Closed` event follows.
@@ -1465,7 +1473,7 @@ async fn serve_frames<S>(
     .detach();
     let frame_size_max = shared.limits.frame_size_max.min(shared.limits.inbound_bytes_max);
     let reason = loop {
-        let mut header = vec![0u8; FRAME_HEADER_SIZE];
+        let mut header = [0u8; FRAME_HEADER_SIZE];
         if let Err(error) = reader.read_exact(&mut header).await {
             break if error.kind() == io::ErrorKind::UnexpectedEof {
                 "closed by the client".to_string()
@@ -1486,8 +1494,9 @@ async fn serve_frames<S>(
         if shared.inbound_bytes.acquire(size as u64).await.is_err() {
             break "shutting down".to_string();
         }
-        header.resize(size, 0);
-        if let Err(error) = reader.read_exact(&mut header[FRAME_HEADER_SIZE..]).await {
+        let mut frame = shared.receive_buffers.borrow_mut().take(size);
+        frame[..FRAME_HEADER_SIZE].copy_from_slice(&header);
+        if let Err(error) = reader.read_exact(&mut frame[FRAME_HEADER_SIZE..]).await {
             shared.inbound_bytes.signal(size as u64);
             break error.to_string();
         }
@@ -1498,7 +1507,7 @@ async fn serve_frames<S>(
             counters.frames_in += 1;
             counters.bytes_in += size as u64;
         });
-        shared.net_event(NetEvent::Frame { client, frame: header });
+        shared.net_event(NetEvent::Frame { client, frame });
     };
     // Dropping the queue ends the writer, which closes the socket.
     shared.connections.borrow_mut().remove(&client);

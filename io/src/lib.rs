@@ -19,6 +19,8 @@ pub use bytes::Bytes;
 #[cfg(all(feature = "glommio", target_os = "linux"))]
 pub mod glommio;
 
+pub mod receive_buffers;
+
 /// Time in nanoseconds, monotonic: virtual time since the run began in the simulator, wall-clock
 /// time since the Unix epoch (anchored when the driver starts) in the glommio driver.
 pub type Instant = u64;

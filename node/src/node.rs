@@ -2160,6 +2160,9 @@ impl Node {
             Err(status) => (status, Vec::new()),
         };
         self.answer_in_flight(io, connection, &in_flight, Some(&header), status, body);
+        if let RequestBody::Send { client_frame, .. } = in_flight.body {
+            io.recycle(client_frame);
+        }
     }
 
     /// Sends the client its reply to `in_flight` (`group_reply`: the group's reply header, whose

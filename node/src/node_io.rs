@@ -85,6 +85,12 @@ pub trait NodeIo: Io {
     /// send queue and closes a connection whose client does not read (then reports it closed).
     fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>);
 
+    /// A frame a client sent that the node is done with (its request answered): the driver may
+    /// read a later frame into it. Dropping it, as this does, is always correct.
+    fn recycle(&mut self, frame: Vec<u8>) {
+        drop(frame);
+    }
+
     /// Closes a connection (a malformed frame, a refused login past its bound). The driver
     /// reports it closed afterwards, like any other.
     fn close_connection(&mut self, connection: ConnectionId);

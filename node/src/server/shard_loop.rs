@@ -194,6 +194,10 @@ impl NodeIo for ServerIo<'_> {
         self.io.send_to_client(client, frame);
     }
 
+    fn recycle(&mut self, frame: Vec<u8>) {
+        self.io.recycle_frame(frame);
+    }
+
     fn close_connection(&mut self, connection: ConnectionId) {
         if Gateway::owns(connection) {
             if let Some(gateway) = self.gateway {
