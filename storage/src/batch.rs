@@ -155,9 +155,7 @@ fn walk_frames(bytes: &[u8], header: &BatchHeader, mut visit: impl FnMut(u32, us
         if u64::from_le_bytes(frame[40..48].try_into().unwrap()) != 0 {
             return Err(BatchError::FrameReserved(index));
         }
-        let headers_len = u32::from_le_bytes(frame[32..36].try_into().unwrap()) as usize;
-        let payload_len = u32::from_le_bytes(frame[36..40].try_into().unwrap()) as usize;
-        let len = MESSAGE_FRAME_SIZE + payload_len + headers_len;
+        let len = message_len(frame);
         if at + len > end {
             return Err(BatchError::Frame(index));
         }
@@ -168,6 +166,13 @@ fn walk_frames(bytes: &[u8], header: &BatchHeader, mut visit: impl FnMut(u32, us
         return Err(BatchError::TrailingBytes);
     }
     Ok(())
+}
+
+/// A message's whole length (frame, payload, user headers), as its frame says.
+fn message_len(frame: &[u8]) -> usize {
+    let headers_len = u32::from_le_bytes(frame[32..36].try_into().unwrap()) as usize;
+    let payload_len = u32::from_le_bytes(frame[36..40].try_into().unwrap()) as usize;
+    MESSAGE_FRAME_SIZE + payload_len + headers_len
 }
 
 fn message_checksum(message: &[u8]) -> u64 {
@@ -313,9 +318,7 @@ pub fn stamp(
     // The frames were checked above: each one's lengths say where the next begins.
     let mut at = BATCH_HEADER_SIZE;
     for index in 0..header.message_count {
-        let headers_len = u32::from_le_bytes(bytes[at + 32..at + 36].try_into().unwrap()) as usize;
-        let payload_len = u32::from_le_bytes(bytes[at + 36..at + 40].try_into().unwrap()) as usize;
-        let len = MESSAGE_FRAME_SIZE + payload_len + headers_len;
+        let len = message_len(&bytes[at..at + MESSAGE_FRAME_SIZE]);
         let message = &mut bytes[at..at + len];
         at += len;
         message[24..28].copy_from_slice(&index.to_le_bytes());
