@@ -28,7 +28,7 @@ impl ReceiveBuffers {
             if let Some(mut buffer) = self.pooled.pop() {
                 self.pooled_bytes -= buffer.capacity();
                 if buffer.capacity() >= size {
-                    // Only what the buffer never held before is zero-filled.
+                    // Only the bytes past what it last held are zero-filled.
                     buffer.resize(size, 0);
                     return buffer;
                 }
@@ -38,7 +38,7 @@ impl ReceiveBuffers {
     }
 
     /// A frame the node is done with: kept for a later `take` if it is large and there is room.
-    pub fn give(&mut self, mut buffer: Vec<u8>) {
+    pub fn give(&mut self, buffer: Vec<u8>) {
         let capacity = buffer.capacity();
         if capacity < RECEIVE_BUFFER_POOLED_MIN
             || self.pooled.len() == RECEIVE_BUFFERS_POOLED_MAX
@@ -46,8 +46,7 @@ impl ReceiveBuffers {
         {
             return;
         }
-        // Its bytes stay as they are: `take` hands out exactly as many as it is asked for.
-        buffer.resize(capacity, 0);
+        // Its bytes stay as they are: `take` cuts or grows it to exactly what it is asked for.
         self.pooled_bytes += capacity;
         self.pooled.push(buffer);
     }
