@@ -117,7 +117,11 @@ async fn a_node_started_alone_waits_for_a_quorum_and_says_so() {
         cluster.start(2);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !says(&cluster, "waiting for a quorum") {
-            assert!(Instant::now() < deadline, "node 2 alone never said it waits for a quorum");
+            assert!(
+                Instant::now() < deadline,
+                "node 2 alone never said it waits for a quorum; it said:\n{}",
+                cluster.nodes[2].server.as_ref().unwrap().output()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let line = cluster.nodes[2].server.as_ref().unwrap().output();
