@@ -6,7 +6,9 @@
 //! Bytes 128..256 depend on the command:
 //! - Request (5), as `PROTOCOL.md`: client u128 @128, request_checksum u128 @144, timestamp u64 @160,
 //!   request u64 @168, operation u8 @176, session u64 @184, user_id u32 @192, command_code u32 @196;
-//!   then Vireo's origin @200 (see below).
+//!   then Vireo's origin @200 (see below) and batch_at u32 @204 (a request inside a prepare's body
+//!   only: where in its body a message batch starts that its own checksums vouch for, set by the
+//!   primary, see `prepare_body`; zero everywhere else).
 //! - Eviction (13), as `PROTOCOL.md`: client u128 @128, server_protocol_version u32 @144,
 //!   min version u32 @148, origin @152, reason u8 @255.
 //! - Reply (8) and every replica command, one layout (a superset of the Reply of `PROTOCOL.md`):
@@ -22,8 +24,9 @@
 //! the connection clears it before the client sees the frame. Clients send zeros there.
 //!
 //! Between replicas `checksum` is xxh3-128 of bytes 16..256 and `checksum_body` xxh3-128 of the
-//! body, so a header commits to its body and, through `parent`, a prepare to the whole log before
-//! it. Clients may send both as 0.
+//! body (a prepare's leaves out the messages of the batches its requests vouch for, which their
+//! own checksums cover: `prepare_body`), so a header commits to its body and, through `parent`, a
+//! prepare to the whole log before it. Clients may send both as 0.
 
 use vireo_storage::checksum::checksum128;
 use vireo_storage::layout::HEADER_SIZE;
@@ -203,6 +206,10 @@ pub struct Header {
     /// A prepare's state machine cursor after its op (for a partition: the offset its next
     /// message gets), so that a new primary prepares on from its log's head without its bodies.
     pub cursor: u64,
+    /// A request inside a prepare's body: where in its body the message batch starts that runs
+    /// to the body's end and that its own checksums vouch for (`prepare_body`); 0 for none. Only
+    /// the primary sets it, as it prepares the request.
+    pub batch_at: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -284,6 +291,7 @@ impl Header {
             reason: 0,
             origin: None,
             cursor: 0,
+            batch_at: 0,
         }
     }
 
@@ -310,6 +318,7 @@ impl Header {
                 put_u32(&mut bytes, 192, self.user_id);
                 put_u32(&mut bytes, 196, self.command_code);
                 put_origin(&mut bytes, 200, self.origin);
+                put_u32(&mut bytes, 204, self.batch_at);
             }
             Layout::Eviction => {
                 put_u128(&mut bytes, 128, self.client);
@@ -369,7 +378,8 @@ impl Header {
                     Ok(origin) => header.origin = origin,
                     Err(at) => return Err(DecodeError::Reserved(at)),
                 }
-                (177..184).chain(204..256).find(|at| bytes[*at] != 0)
+                header.batch_at = get_u32(bytes, 204);
+                (177..184).chain(208..256).find(|at| bytes[*at] != 0)
             }
             Layout::Eviction => {
                 header.client = get_u128(bytes, 128);
@@ -418,7 +428,10 @@ impl Header {
     /// Seals a header over its body: size, body checksum, then header checksum.
     pub fn seal(&mut self, body: &[u8]) {
         self.size = (HEADER_SIZE + body.len()) as u32;
-        self.checksum_body = checksum128(body);
+        self.checksum_body = match self.command {
+            Command::Prepare => crate::prepare_body::checksum(body),
+            _ => checksum128(body),
+        };
         self.checksum = self.calculate_checksum();
     }
 
@@ -442,8 +455,12 @@ impl Header {
         self.checksum == self.calculate_checksum()
     }
 
+    /// A prepare's body is checked through its vouched batches' own checksums (`prepare_body`).
     pub fn valid_checksum_body(&self, body: &[u8]) -> bool {
-        self.checksum_body == checksum128(body)
+        match self.command {
+            Command::Prepare => crate::prepare_body::valid(body, self.checksum_body),
+            _ => self.checksum_body == checksum128(body),
+        }
     }
 }
 
@@ -537,6 +554,7 @@ mod tests {
                     header.session = numbers.7;
                     header.user_id = numbers.5;
                     header.command_code = numbers.6;
+                    header.batch_at = numbers.9;
                 }
                 Command::Eviction => {
                     header.client = fields.1;

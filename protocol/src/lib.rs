@@ -7,6 +7,7 @@ pub mod config;
 pub mod elided;
 pub mod header;
 pub mod journal;
+pub mod prepare_body;
 pub mod replica;
 pub mod request;
 pub mod state_machine;

@@ -4,6 +4,17 @@ use crate::elided::ExternalSpan;
 use crate::header::Header;
 use vireo_io::Bytes;
 
+/// What `StateMachine::prepare` made of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepared {
+    /// The cursor after the request.
+    pub cursor: u64,
+    /// Where in the request's body a message batch starts that runs to the body's end and that
+    /// `prepare` stamped whole, so that `batch::validate` takes it: the prepare's checksum leaves
+    /// its messages to their own checksums (`prepare_body`). `None` for anything else.
+    pub batch_at: Option<u32>,
+}
+
 /// A deterministic state machine. Every replica applies the same requests in the same order and
 /// must reach the same state: nothing here may read a clock, a file or a random source.
 pub trait StateMachine: Sized {
@@ -49,12 +60,12 @@ pub trait StateMachine: Sized {
     /// Called by the primary for each request it puts into a prepare, in op order, before the
     /// prepare is sealed: it may rewrite the request's body in place (a partition stamps a send's
     /// batch with its offsets and timestamp, so the prepare carries the bytes as they will be
-    /// stored) and returns the cursor after it. `cursor` is the one after the request before
+    /// stored) and returns the cursor after it, and where a batch it stamped whole lies. `cursor` is the one after the request before
     /// (after the op before, for the first: its header's `cursor`); the prepare's header keeps
     /// the cursor after its last request. Every replica applies the rewritten body, so this must
     /// decide only what `apply` would: given the same cursor, the same bytes.
-    fn prepare(&self, cursor: u64, _timestamp: u64, _request: &Header, _body: &mut [u8]) -> u64 {
-        cursor
+    fn prepare(&self, cursor: u64, _timestamp: u64, _request: &Header, _body: &mut [u8]) -> Prepared {
+        Prepared { cursor, batch_at: None }
     }
 
     /// The parts of a prepare's body (`prepare` its header) that the external log stores at

@@ -37,11 +37,13 @@ fn prepare(machine: &PartitionMachine, op: u64, cursor: u64, ids: std::ops::Rang
     request.operation = OPERATION_SEND_MESSAGES;
     let mut body = send.encode();
     let timestamp = op * 1_000_000;
-    let next = machine.prepare(cursor, timestamp, &request, &mut body);
+    let prepared = machine.prepare(cursor, timestamp, &request, &mut body);
+    // As the primary writes it: the batch it stamped vouches for itself in the prepare's checksum.
+    request.batch_at = prepared.batch_at.unwrap_or(0);
     let mut header = Header::new(Command::Prepare, CLUSTER, 0);
     header.op = op;
     header.timestamp = timestamp;
-    header.cursor = next;
+    header.cursor = prepared.cursor;
     header.count = 1;
     let message = Message::new(header, Message::new(request, body).encode());
     (message.header, message.body.into())

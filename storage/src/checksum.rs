@@ -31,6 +31,28 @@ pub fn checksum128(bytes: &[u8]) -> u128 {
     xxhash_rust::xxh3::xxh3_128(bytes)
 }
 
+/// `checksum128` fed in parts: the digest of parts fed in order is `checksum128` of their
+/// concatenation, and every byte fed is counted as `checksum128` counts it.
+#[derive(Clone, Default)]
+pub struct Checksum128 {
+    hasher: xxhash_rust::xxh3::Xxh3,
+}
+
+impl Checksum128 {
+    pub fn new() -> Checksum128 {
+        Checksum128::default()
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        count(bytes);
+        self.hasher.update(bytes);
+    }
+
+    pub fn digest(&self) -> u128 {
+        self.hasher.digest128()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,5 +63,19 @@ mod tests {
         checksum64(&[1; 100]);
         checksum128(&[2; 28]);
         assert_eq!(bytes_hashed() - before, 128);
+    }
+
+    #[test]
+    fn a_checksum_fed_in_parts_is_the_checksum_of_the_whole() {
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for cut in [0, 1, 255, 256, 2500, 5000] {
+            let mut parts = Checksum128::new();
+            parts.update(&bytes[..cut]);
+            parts.update(&bytes[cut..]);
+            assert_eq!(parts.digest(), checksum128(&bytes), "cut at {cut}");
+        }
+        let before = bytes_hashed();
+        Checksum128::new().update(&bytes);
+        assert_eq!(bytes_hashed() - before, 5000);
     }
 }

@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, VecDeque};
 use vireo_io::Bytes;
 use vireo_protocol::elided::ExternalSpan;
 use vireo_protocol::request::batched_requests;
+use vireo_protocol::state_machine::Prepared;
 use vireo_protocol::{Header, StateMachine};
 use vireo_storage::batch::{self, BatchHeader};
 use vireo_storage::checksum::checksum64;
@@ -647,11 +648,12 @@ impl StateMachine for PartitionMachine {
 
     /// Stamps a send's batch where the log will hold it, so that the prepare carries the
     /// stored bytes. The cursor is the offset the next message gets.
-    fn prepare(&self, cursor: u64, timestamp: u64, request: &Header, body: &mut [u8]) -> u64 {
+    fn prepare(&self, cursor: u64, timestamp: u64, request: &Header, body: &mut [u8]) -> Prepared {
+        let unstamped = Prepared { cursor, batch_at: None };
         if request.operation != OPERATION_SEND_MESSAGES {
-            return cursor;
+            return unstamped;
         }
-        let Ok((partition, _)) = decode_send_head(body) else { return cursor };
+        let Ok((partition, _)) = decode_send_head(body) else { return unstamped };
         let timestamp_us = timestamp / 1000;
         let batch = &mut body[SEND_BATCH_AT..];
         // A batch that does not stamp is left as it is (or fully stamped but for a timestamp
@@ -663,7 +665,12 @@ impl StateMachine for PartitionMachine {
             .filter(|stamped| stamped.header.has_timestamp_room())
             .map(|stamped| stamped.header);
         debug_assert_eq!(stamped, stamped_send(batch, partition, cursor, timestamp_us), "stamp and its check agree");
-        cursor + stamped.map_or(0, |header| header.message_count as u64)
+        match stamped {
+            // Stamped whole, every checksum written: `batch::validate` takes what `check_stamped`
+            // takes and `stamp` wrote, so the batch vouches for itself in the prepare's checksum.
+            Some(header) => Prepared { cursor: header.end_offset(), batch_at: Some(SEND_BATCH_AT as u32) },
+            None => unstamped,
+        }
     }
 
     /// A prepare's send batches, if they are stamped one after another up to the prepare's cursor
@@ -853,8 +860,12 @@ mod tests {
         let mut header = Header::new(Command::Request, 1, 0);
         header.operation = operation;
         let timestamp = op * 1_000_000;
-        let cursor = machine.prepare(machine.prepare_cursor(), timestamp, &header, &mut body);
-        (cursor, machine.apply(op, timestamp, &header, 0, &body.into()))
+        let prepared = machine.prepare(machine.prepare_cursor(), timestamp, &header, &mut body);
+        // A batch vouches for itself only if it stamped whole: every checksum the check needs.
+        if let Some(batch_at) = prepared.batch_at {
+            batch::validate(&body[batch_at as usize..]).expect("a batch that vouches for itself validates");
+        }
+        (prepared.cursor, machine.apply(op, timestamp, &header, 0, &body.into()))
     }
 
     fn send(machine: &mut PartitionMachine, op: u64, ids: std::ops::Range<u128>) {
@@ -1002,8 +1013,10 @@ mod tests {
         let mut body = PartitionRequest::Send { partition: 0, retention: Retention::default(), batch }.encode();
         let mut header = Header::new(Command::Request, 1, 0);
         header.operation = OPERATION_SEND_MESSAGES;
-        let cursor = machine.prepare(machine.prepare_cursor(), 2_000_000, &header, &mut body);
+        let prepared = machine.prepare(machine.prepare_cursor(), 2_000_000, &header, &mut body);
+        let cursor = prepared.cursor;
         assert_eq!((machine.prepare_cursor(), cursor), (3, 5), "the cursor counts the prepared messages");
+        assert_eq!(prepared.batch_at, Some(SEND_BATCH_AT as u32));
         let stamped = BatchHeader::decode(&body[SEND_BATCH_AT..]).unwrap();
         assert_eq!((stamped.base_offset, stamped.base_timestamp), (3, 2_000));
         batch::validate(&body[SEND_BATCH_AT..]).unwrap();
@@ -1025,6 +1038,10 @@ mod tests {
         let mut truncated =
             PartitionRequest::Send { partition: 0, retention: Retention::default(), batch: valid.clone() }.encode();
         truncated.pop();
+        let mut header = Header::new(Command::Request, 1, 0);
+        header.operation = OPERATION_SEND_MESSAGES;
+        let refused = machine.prepare(machine.prepare_cursor(), 2_000_000, &header, &mut truncated.clone());
+        assert_eq!(refused, Prepared { cursor: 2, batch_at: None }, "unstamped, it cannot vouch for itself");
         let (cursor, reply) = apply_bytes(&mut machine, 2, OPERATION_SEND_MESSAGES, truncated);
         assert_eq!((cursor, machine.next_offset()), (2, 2));
         assert_eq!(reply, encode_status(Some(PartitionStatus::InvalidBatch)));
@@ -1046,8 +1063,9 @@ mod tests {
         };
         // One prepare of two sends: the primary's cursor goes 0 -> 2 -> 5.
         let (mut skipped, mut applied) = (body(0..2), body(2..5));
-        let cursor = machine.prepare(machine.prepare_cursor(), 4_000_000, &header, &mut skipped);
-        assert_eq!(machine.prepare(cursor, 4_000_000, &header, &mut applied), 5);
+        let skipped_prepared = machine.prepare(machine.prepare_cursor(), 4_000_000, &header, &mut skipped);
+        assert_eq!(skipped_prepared.batch_at, Some(SEND_BATCH_AT as u32), "stamped whole, it vouches for itself");
+        assert_eq!(machine.prepare(skipped_prepared.cursor, 4_000_000, &header, &mut applied).cursor, 5);
         assert_eq!(BatchHeader::decode(&applied[SEND_BATCH_AT..]).unwrap().base_offset, 2);
         // The first is skipped at commit; the second is stored at 0.
         let reply = machine.apply(1, 4_000_000, &header, 0, &applied.clone().into());

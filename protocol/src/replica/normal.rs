@@ -130,21 +130,24 @@ impl<S: StateMachine> Replica<S> {
                 {
                     break;
                 }
-                let (request, frame) = self.request_queue.pop_front().expect("front exists");
-                first.get_or_insert(request);
-                // The request's own checksums stay the client's: its reply names it by them.
+                let (mut request, frame) = self.request_queue.pop_front().expect("front exists");
                 let at = body.len() + HEADER_SIZE;
                 if body.is_empty() {
                     // The first request's frame is the body's start as it is (a prepare of one
                     // request, the usual one, copies nothing).
                     body = frame;
-                    body[..HEADER_SIZE].copy_from_slice(&request.encode());
                 } else {
                     body.reserve(size);
-                    body.extend_from_slice(&request.encode());
-                    body.extend_from_slice(&frame[HEADER_SIZE..]);
+                    body.extend_from_slice(&frame);
                 }
-                cursor = self.state_machine.prepare(cursor, timestamp, &request, &mut body[at..]);
+                // Only the primary says which batches vouch for themselves, whatever came in.
+                request.batch_at = 0;
+                let prepared = self.state_machine.prepare(cursor, timestamp, &request, &mut body[at..]);
+                cursor = prepared.cursor;
+                request.batch_at = prepared.batch_at.unwrap_or(0);
+                // The request's own checksums stay the client's: its reply names it by them.
+                body[at - HEADER_SIZE..at].copy_from_slice(&request.encode());
+                first.get_or_insert(request);
                 count += 1;
             }
             assert!(count > 0, "a request always fits in an empty prepare");
