@@ -79,10 +79,14 @@ pub enum Bug {
     /// its machine: a tail appended from prepares a view change replaced, or that a crash took
     /// from the WAL, is read as if committed until the log cuts it.
     ReadUncheckedTail,
+    /// A replica's WAL writes each prepare's redundant header in the group commit that writes the
+    /// prepare, under the same sync: a power loss may leave the header durable and the prepare
+    /// not, which recovery takes for a durable prepare damaged since.
+    WalHeaderWithItsPrepare,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 23] = [
+    pub const ALL: [Bug; 24] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -106,6 +110,7 @@ impl Bug {
         Bug::SegmentLogAckBeforeSync,
         Bug::MetadataAckBeforeSync,
         Bug::ReadUncheckedTail,
+        Bug::WalHeaderWithItsPrepare,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

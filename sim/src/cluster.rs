@@ -18,7 +18,7 @@ use vireo_storage::layout::WalLayout;
 
 use crate::checker::Checker;
 use crate::client::{new_client_id, Observation, SimClient};
-use crate::disk::{DiskRequest, SimDisk, Zone};
+use crate::disk::{DiskRequest, SimDisk, SyncedWals, Zone};
 use crate::network::Network;
 use crate::partition_mirror::PartitionMirror;
 use crate::register_log::RegisterLog;
@@ -157,6 +157,7 @@ impl Cluster {
         config.sync_writes = scenario.enforce_fsync;
         config.bug = bug;
         let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
+        let synced_wals = SyncedWals::of(scenario.enforce_fsync, false, bug);
         let mut rng = rng;
         let nodes = (0..n)
             .map(|index| {
@@ -168,7 +169,7 @@ impl Cluster {
                     mirror: None,
                     mirror_durable: 0,
                     mirror_generation: 0,
-                    disk: SimDisk::new(layout, fault_zone),
+                    disk: SimDisk::new(layout, fault_zone).with_synced_wals(synced_wals),
                     incarnation: 0,
                     restart_at_tick: None,
                     crashes: 0,
@@ -535,8 +536,8 @@ impl Cluster {
         config.format_waits_for_view = true;
         let layout = WalLayout::new(config.journal_slots, config.prepare_size_max);
         let node = &mut self.nodes[index as usize];
-        let zone = node.disk.fault_zone;
-        node.disk = SimDisk::new(layout, zone);
+        let (zone, synced_wals) = (node.disk.fault_zone, node.disk.synced_wals);
+        node.disk = SimDisk::new(layout, zone).with_synced_wals(synced_wals);
         node.promised.clear();
         node.acked.clear();
         node.mirror_durable = 0;
@@ -607,6 +608,9 @@ impl Cluster {
 
     /// Processes the next event. Errors are checker violations.
     pub fn step(&mut self) -> Result<(), String> {
+        if let Some(violation) = self.nodes.iter_mut().find_map(|node| node.disk.wal_order_violation.take()) {
+            return Err(violation);
+        }
         let Some((time, event)) = self.queue.pop() else {
             panic!("the event queue never empties: ticks reschedule themselves");
         };
@@ -848,6 +852,13 @@ impl Cluster {
 
     pub fn disk_faults(&self) -> u64 {
         self.nodes.iter().map(|node| node.disk.faults_injected).sum()
+    }
+
+    /// The replicas' WAL syncs, and of those the ones that made both redundant headers and
+    /// prepares durable (`SimDisk::wal_syncs_shared`).
+    pub fn wal_syncs(&self) -> (u64, u64) {
+        let syncs = self.nodes.iter().map(|node| node.disk.wal_syncs).sum();
+        (syncs, self.nodes.iter().map(|node| node.disk.wal_syncs_shared).sum())
     }
 
     pub fn partitions(&self) -> u64 {

@@ -15,7 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use vireo_io::{Completion, FileId, FileKind, IoError, Namespace, Token};
-use vireo_storage::layout::WalLayout;
+use vireo_protocol::config::Bug;
+use vireo_storage::layout::{WalLayout, HEADER_SIZE};
 
 use crate::rng::SimRng;
 use crate::scenario::FaultRates;
@@ -93,6 +94,44 @@ fn apply(target: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
     target[offset as usize..end].copy_from_slice(bytes);
 }
 
+/// Which of a disk's WALs belong to groups that sync before they acknowledge (`sync_writes`).
+/// Recovery takes a durable redundant header for a durable prepare, so such a WAL must never
+/// write a slot's header while the prepare in that slot is not durable (`SimDisk::submit_write`
+/// checks it as the write is issued).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncedWals {
+    #[default]
+    None,
+    /// The metadata group's only (partitions whose topics do not enforce fsync).
+    Metadata,
+    All,
+}
+
+impl SyncedWals {
+    /// The WALs a run syncs: every group's with `enforce_fsync`, else the metadata group's where
+    /// it has one (it always syncs). A planted bug that skips the syncs leaves none: those bugs'
+    /// windows prove that the acknowledgement checker catches them, which this check would
+    /// otherwise see first.
+    pub fn of(enforce_fsync: bool, has_metadata: bool, bug: Option<Bug>) -> SyncedWals {
+        if matches!(bug, Some(Bug::AckBeforeSync | Bug::MetadataAckBeforeSync)) {
+            return SyncedWals::None;
+        }
+        match (enforce_fsync, has_metadata) {
+            (true, _) => SyncedWals::All,
+            (false, true) => SyncedWals::Metadata,
+            (false, false) => SyncedWals::None,
+        }
+    }
+
+    fn holds(self, namespace: Namespace) -> bool {
+        match self {
+            SyncedWals::None => false,
+            SyncedWals::Metadata => namespace.is_metadata(),
+            SyncedWals::All => true,
+        }
+    }
+}
+
 pub struct SimDisk {
     files: BTreeMap<FileId, SimFile>,
     /// Writes submitted but not completed: (write id, file, offset, bytes).
@@ -119,6 +158,16 @@ pub struct SimDisk {
     pub writes_refused_full: u64,
     /// Writes completed so far: numbers them for `sync`.
     completed_writes: u64,
+    /// WAL syncs completed, and of those the ones that made both redundant headers and prepares
+    /// durable: a group commit writes the headers of the prepares the one before made durable
+    /// beside its own prepares, under one sync.
+    pub wal_syncs: u64,
+    pub wal_syncs_shared: u64,
+    /// The WALs whose header order is checked (see `SyncedWals`).
+    pub synced_wals: SyncedWals,
+    /// The first header a synced WAL wrote over a prepare that was not durable: a violation the
+    /// harness reports.
+    pub wal_order_violation: Option<String>,
     /// Bytes the disk holds at most (all files together); a write that would grow past it
     /// fails with `NoSpace` and lands nothing. `None`: unbounded.
     pub capacity: Option<u64>,
@@ -141,6 +190,10 @@ impl SimDisk {
             segments_created: 0,
             writes_refused_full: 0,
             completed_writes: 0,
+            wal_syncs: 0,
+            wal_syncs_shared: 0,
+            synced_wals: SyncedWals::None,
+            wal_order_violation: None,
             capacity: None,
         }
     }
@@ -183,6 +236,12 @@ impl SimDisk {
     }
 
     pub fn submit_write(&mut self, file: FileId, offset: u64, bytes: Vec<u8>) -> u64 {
+        if file.kind == FileKind::Wal
+            && offset < self.layout.headers_zone_size()
+            && self.synced_wals.holds(file.namespace)
+        {
+            self.check_header_follows_its_prepare(file, offset);
+        }
         self.bytes_written += bytes.len() as u64;
         let new_file = !self.files.contains_key(&file) && !self.in_flight.iter().any(|(_, other, ..)| *other == file);
         if matches!(file.kind, FileKind::Segment(_)) && new_file {
@@ -197,6 +256,35 @@ impl SimDisk {
         self.write_id_next += 1;
         self.in_flight.push((id, file, offset, bytes));
         id
+    }
+
+    pub fn with_synced_wals(mut self, synced_wals: SyncedWals) -> SimDisk {
+        self.synced_wals = synced_wals;
+        self
+    }
+
+    /// A synced WAL writes the redundant header at `offset`: the prepare in its slot must be
+    /// durable, no write to it in flight or completed since the file's last sync.
+    fn check_header_follows_its_prepare(&mut self, file: FileId, offset: u64) {
+        let slot = offset / HEADER_SIZE as u64;
+        let start = self.layout.prepare_offset(slot);
+        let end = start + self.layout.prepare_size_max;
+        let overlaps = |at: u64, len: usize| at < end && at + len as u64 > start;
+        let in_flight =
+            self.in_flight.iter().any(|(_, written, at, bytes)| *written == file && overlaps(*at, bytes.len()));
+        let unsynced = self
+            .files
+            .get(&file)
+            .is_some_and(|target| target.unsynced.iter().any(|(at, bytes, _)| overlaps(*at, bytes.len())));
+        if (in_flight || unsynced) && self.wal_order_violation.is_none() {
+            let state = if in_flight { "its write still in flight" } else { "written but not synced" };
+            let group =
+                if file.namespace.is_metadata() { "metadata".to_string() } else { file.namespace.0.to_string() };
+            self.wal_order_violation = Some(format!(
+                "the WAL of group {group} wrote slot {slot}'s redundant header while the prepare in that slot \
+                 was not durable ({state}): recovery would take that header for a durable prepare"
+            ));
+        }
     }
 
     /// The write reaches the page cache (with whatever fault the device adds).
@@ -318,6 +406,13 @@ impl SimDisk {
             target.unsynced = later;
             self.faults_injected += 1;
             return Err(IoError::Device);
+        }
+        if file.kind == FileKind::Wal {
+            let headers_zone = self.layout.headers_zone_size();
+            self.wal_syncs += 1;
+            let headers = covered.iter().any(|(offset, ..)| *offset < headers_zone);
+            let prepares = covered.iter().any(|(offset, ..)| *offset >= headers_zone);
+            self.wal_syncs_shared += (headers && prepares) as u64;
         }
         for (offset, bytes, _) in covered {
             apply(&mut target.durable, offset, &bytes);

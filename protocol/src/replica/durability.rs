@@ -1,10 +1,14 @@
 //! The replica's three write pipelines, each one request in flight at a time:
-//! - the WAL: group commit. Every prepare that arrives while a batch is being written waits for
-//!   the next batch, and one batch costs two syncs however many prepares it holds (an fsync costs
-//!   about 4 ms on our machines). Order per batch: prepares, sync, redundant headers, sync; only
-//!   then are its prepares durable and acknowledged (see `vireo_storage::layout`). A group whose
-//!   durability is not enforced (`Config::sync_writes` false) skips the two syncs: a batch is
-//!   acknowledged once its writes completed, which survives the process but not the machine;
+//! - the WAL: group commit. Every prepare that arrives while a commit is in flight waits for the
+//!   next one, and one commit costs one sync however many prepares it holds (an fsync costs
+//!   about 4 ms on our machines). A commit writes the prepares queued since the last one and the
+//!   redundant headers of the prepares the last one made durable, then syncs the file once: a
+//!   header never shares a sync with its own prepare, so a durable header still means a durable
+//!   prepare (see `vireo_storage::layout`), and a prepare is acknowledged when the commit that
+//!   wrote its header completes (two syncs after it was written, as a prepare-then-header order
+//!   costs, but half the syncs under load). A group whose durability is not enforced
+//!   (`Config::sync_writes` false) skips the syncs: a commit is complete once its writes
+//!   completed, which survives the process but not the machine;
 //! - the superblock: both copies in turn, each synced (see `vireo_storage::superblock`); a request
 //!   made while a write is in flight is coalesced into one more write of the then-current state;
 //! - checkpoints: a snapshot of the executed state into the free region of `snapshot.bin`, synced,
@@ -64,13 +68,10 @@ pub fn token_detail(token: Token) -> u64 {
 enum WalStage {
     #[default]
     Idle,
-    Prepares,
-    PreparesSync,
-    /// The prepares are durable, some of them elided: their headers wait until the external log
-    /// holds their spans (a header says its prepare is whole on this replica).
-    HeadersAwaitLog,
-    Headers,
-    HeadersSync,
+    /// A group commit's writes are in flight.
+    Writing,
+    /// Its writes completed; its sync is in flight (durability enforced).
+    Syncing,
 }
 
 #[derive(Default)]
@@ -78,7 +79,17 @@ pub struct WalPipeline {
     /// Ops waiting for the next group commit (no duplicates; at most one per slot).
     queue: VecDeque<u64>,
     stage: WalStage,
+    /// The prepares the group commit in flight writes into their slots.
     batch: Vec<(u64, u128)>,
+    /// The redundant headers the group commit in flight writes: of prepares an earlier commit
+    /// made durable, so that a durable header always follows a durable prepare.
+    headers: Vec<(u64, u128)>,
+    /// Prepares a completed group commit made durable whose redundant headers are not written
+    /// yet: the next group commit writes them, beside its own prepares, once the external log
+    /// holds what they left out. They are durable, and acknowledged, when that commit completes.
+    /// At most two commits' batches (`write_batch_max` each): a commit whose headers cannot go
+    /// yet leaves them here, and no third batch is taken until they do.
+    headers_pending: Vec<(u64, u128)>,
     outstanding: usize,
 }
 
@@ -284,23 +295,47 @@ impl<S: StateMachine> Replica<S> {
         self.wal_flush(io);
     }
 
-    /// Starts the next group commit if none is in flight.
+    /// Starts the next group commit if none is in flight: the redundant headers of the prepares
+    /// the last one made durable (once the external log holds their spans), and the prepares
+    /// queued since, all covered by one sync. A header is written only in the commit after the
+    /// one that made its prepare durable, so recovery's rule holds: a durable redundant header
+    /// means its prepare was durable first (`vireo_storage::layout`).
     pub(super) fn wal_flush(&mut self, io: &mut impl Io) {
         if self.wal.stage != WalStage::Idle || self.status == Status::Opening {
             return;
         }
-        assert!(self.wal.batch.is_empty());
+        assert!(self.wal.batch.is_empty() && self.wal.headers.is_empty());
         assert_eq!(self.wal.outstanding, 0);
+        let file = wal_file(self.config.namespace);
+        if !self.wal.headers_pending.is_empty() && self.wal_headers_held() {
+            self.wal.headers = std::mem::take(&mut self.wal.headers_pending);
+            for (op, checksum) in &self.wal.headers {
+                // A prepare a view change replaced since gets no header: it is not ours any more.
+                let Some(entry) = self.journal.get_exact(*op, *checksum) else { continue };
+                let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
+                let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
+                io.write(file, offset, header, token(TokenKind::Wal, *op));
+                self.wal.outstanding += 1;
+            }
+        }
+        // Headers that could not go stay pending while prepares go on being written beside them,
+        // up to the bound: no third batch is taken while two wait for the log.
+        let room =
+            if self.wal.headers_pending.len() <= self.config.write_batch_max { self.config.write_batch_max } else { 0 };
         let limit = self.wal_op_limit();
         while let Some(&op) = self.wal.queue.front() {
-            if self.wal.batch.len() == self.config.write_batch_max {
+            if self.wal.batch.len() == room {
                 break;
             }
             let Some(entry) = self.journal.get(op) else {
                 self.wal.queue.pop_front();
                 continue;
             };
-            if entry.durable || entry.body.is_none() || self.wal.batch.iter().any(|(batched, _)| *batched == op) {
+            let this = (op, entry.header.checksum);
+            // Durable already, or durable and waiting for its header, or in this commit already.
+            let written =
+                [&self.wal.batch, &self.wal.headers, &self.wal.headers_pending].iter().any(|ops| ops.contains(&this));
+            if entry.durable || entry.body.is_none() || written {
                 self.wal.queue.pop_front();
                 continue;
             }
@@ -312,8 +347,7 @@ impl<S: StateMachine> Replica<S> {
             let body = entry.body.as_ref().expect("checked");
             let spans = if self.elides() { S::external_spans(&entry.header, body) } else { Vec::new() };
             let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
-            let file = wal_file(self.config.namespace);
-            self.wal.batch.push((op, entry.header.checksum));
+            self.wal.batch.push(this);
             if spans.is_empty() {
                 // One write from the header and the body the journal shares: the body is never
                 // copied into a slot-sized buffer first.
@@ -327,8 +361,22 @@ impl<S: StateMachine> Replica<S> {
             }
             self.wal.outstanding += 1;
         }
-        if !self.wal.batch.is_empty() {
-            self.wal.stage = WalStage::Prepares;
+        if self.config.bug == Some(Bug::WalHeaderWithItsPrepare) {
+            for (op, _) in &self.wal.batch {
+                let entry = self.journal.get(*op).expect("written just now");
+                let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
+                let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
+                io.write(file, offset, header, token(TokenKind::Wal, *op));
+                self.wal.outstanding += 1;
+            }
+            let batch = std::mem::take(&mut self.wal.batch);
+            self.wal.headers.extend(batch);
+        }
+        if self.wal.outstanding > 0 {
+            self.wal.stage = WalStage::Writing;
+        } else if !self.wal.headers.is_empty() {
+            // Every header it took belonged to a replaced prepare: nothing to write or wait for.
+            self.wal_commit_done(io);
         }
     }
 
@@ -341,24 +389,19 @@ impl<S: StateMachine> Replica<S> {
                     self.fail_stop(error, "WAL write");
                     return;
                 }
-                assert!(matches!(self.wal.stage, WalStage::Prepares | WalStage::Headers));
+                assert_eq!(self.wal.stage, WalStage::Writing);
                 self.wal.outstanding -= 1;
                 if self.wal.outstanding == 0 {
-                    let prepares = self.wal.stage == WalStage::Prepares;
                     let bug = self.config.bug;
                     let unsynced = bug == Some(Bug::AckBeforeSync)
                         || (bug == Some(Bug::MetadataAckBeforeSync) && self.config.namespace.is_metadata());
                     if !self.config.sync_writes || unsynced {
                         // Durability is not enforced: completed writes are what is promised (they
                         // survive the process, in the kernel), in the same order.
-                        if prepares {
-                            self.wal_headers_when_held(io);
-                        } else {
-                            self.wal_batch_durable(io);
-                        }
+                        self.wal_commit_done(io);
                         return;
                     }
-                    self.wal.stage = if prepares { WalStage::PreparesSync } else { WalStage::HeadersSync };
+                    self.wal.stage = WalStage::Syncing;
                     io.sync(wal_file(self.config.namespace), token(TokenKind::Wal, 0));
                 }
             }
@@ -369,11 +412,8 @@ impl<S: StateMachine> Replica<S> {
                     self.fail_stop(error, "WAL sync");
                     return;
                 }
-                match self.wal.stage {
-                    WalStage::PreparesSync => self.wal_headers_when_held(io),
-                    WalStage::HeadersSync => self.wal_batch_durable(io),
-                    stage => panic!("WAL sync completed in stage {stage:?}"),
-                }
+                assert_eq!(self.wal.stage, WalStage::Syncing, "WAL sync completed in stage {:?}", self.wal.stage);
+                self.wal_commit_done(io);
             }
             _ => panic!("the WAL pipeline issues only writes and syncs"),
         }
@@ -387,54 +427,32 @@ impl<S: StateMachine> Replica<S> {
         S::EXTERNAL_LOG
     }
 
-    /// Writes the batch's redundant headers once the external log holds what the prepares left
-    /// out (synced if durability is enforced, else written), else waits for it to report
-    /// (`external_log_durable`). Recovery relies on that order: an elided prepare whose header
-    /// is durable had its spans durable too, so a span missing then is damage (a peer has it),
-    /// not a torn write.
-    pub(super) fn wal_headers_when_held(&mut self, io: &mut impl Io) {
+    /// Whether the pending headers may be written: the external log holds what their prepares
+    /// left out (synced if durability is enforced, else written). Recovery relies on that order:
+    /// an elided prepare whose header is durable had its spans durable too, so a span missing
+    /// then is damage (a peer has it), not a torn write. Until then the headers wait, and the
+    /// log's report (`external_log_durable`) starts the next commit.
+    fn wal_headers_held(&self) -> bool {
         let bug = self.config.bug;
-        if self.elides() && bug != Some(Bug::LogDurabilityIgnored) && bug != Some(Bug::WalHeadersBeforeLog) {
-            let held = self.external_ack_cursor;
-            let waiting = self.journal.replaced
-                || self.wal.batch.iter().any(|(op, checksum)| {
-                    self.journal.get_exact(*op, *checksum).is_some_and(|entry| entry.header.cursor > held)
-                });
-            if waiting {
-                self.wal.stage = WalStage::HeadersAwaitLog;
-                return;
-            }
+        if !self.elides() || bug == Some(Bug::LogDurabilityIgnored) || bug == Some(Bug::WalHeadersBeforeLog) {
+            return true;
         }
-        self.wal_write_headers(io);
+        let held = self.external_ack_cursor;
+        !self.journal.replaced
+            && self.wal.headers_pending.iter().all(|(op, checksum)| {
+                self.journal.get_exact(*op, *checksum).is_none_or(|entry| entry.header.cursor <= held)
+            })
     }
 
-    fn wal_write_headers(&mut self, io: &mut impl Io) {
-        let mut outstanding = 0;
-        for (op, checksum) in &self.wal.batch {
-            let Some(entry) = self.journal.get_exact(*op, *checksum) else { continue };
-            let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
-            io.write(
-                wal_file(self.config.namespace),
-                offset,
-                vireo_io::Bytes::copy_from_slice(&entry.header.encode()),
-                token(TokenKind::Wal, *op),
-            );
-            outstanding += 1;
-        }
-        if outstanding == 0 {
-            self.wal.stage = WalStage::Idle;
-            self.wal.batch.clear();
-            self.wal_flush(io);
-            return;
-        }
-        self.wal.stage = WalStage::Headers;
-        self.wal.outstanding = outstanding;
-    }
-
-    fn wal_batch_durable(&mut self, io: &mut impl Io) {
-        let batch = std::mem::take(&mut self.wal.batch);
+    /// A group commit completed (synced, if durability is enforced): the prepares whose headers
+    /// it wrote are durable and acknowledged; its own prepares wait for their headers, which the
+    /// next commit writes at once.
+    fn wal_commit_done(&mut self, io: &mut impl Io) {
+        let durable = std::mem::take(&mut self.wal.headers);
+        let written = std::mem::take(&mut self.wal.batch);
+        self.wal.headers_pending.extend(written);
         self.wal.stage = WalStage::Idle;
-        for (op, checksum) in &batch {
+        for (op, checksum) in &durable {
             if let Some(entry) = self.journal.get_mut(*op) {
                 if entry.header.checksum == *checksum && entry.body.is_some() {
                     entry.durable = true;
@@ -445,7 +463,7 @@ impl<S: StateMachine> Replica<S> {
             if self.is_primary() {
                 self.primary_commit(io);
             } else {
-                for (op, _) in &batch {
+                for (op, _) in &durable {
                     self.send_prepare_ok(io, *op);
                 }
             }
@@ -679,9 +697,8 @@ impl<S: StateMachine> Replica<S> {
         self.external_ack_cursor = acknowledgeable;
         self.journal.replaced = false;
         self.snapshot_flush(io);
-        if self.wal.stage == WalStage::HeadersAwaitLog {
-            self.wal_headers_when_held(io);
-        }
+        // Headers waiting for the log may go now (a commit in flight takes them when it ends).
+        self.wal_flush(io);
         if more && self.status == Status::Normal {
             if self.is_primary() {
                 self.primary_commit(io);

@@ -37,7 +37,7 @@ use super::client::{
 use super::scenario::StreamingScenario;
 use crate::access::AccessChecker;
 use crate::cluster::Outcome;
-use crate::disk::{DiskRequest, SimDisk, Zone};
+use crate::disk::{DiskRequest, SimDisk, SyncedWals, Zone};
 use crate::kafka_log::{KafkaLogChecker, PartitionKey};
 
 /// Iggy's InvalidFormat, what a group answers a batch it cannot store with.
@@ -419,6 +419,7 @@ impl StreamingCluster {
         metadata.bug = bug;
         let partition = metadata.clone();
         let layout = WalLayout::new(metadata.journal_slots, metadata.prepare_size_max);
+        let synced_wals = SyncedWals::of(scenario.core.enforce_fsync, true, bug);
         let mut rng = rng;
         let nodes = (0..n)
             .map(|index| {
@@ -437,7 +438,7 @@ impl StreamingCluster {
                 let zone = zone.or(rots.then_some(Zone::Partition));
                 SimNode {
                     shards: Vec::new(),
-                    disk: SimDisk::new(layout, zone),
+                    disk: SimDisk::new(layout, zone).with_synced_wals(synced_wals),
                     incarnation: 0,
                     restart_at_tick: None,
                     crashes: 0,
@@ -1432,6 +1433,9 @@ impl StreamingCluster {
     }
 
     pub fn step(&mut self) -> Result<(), String> {
+        if let Some(violation) = self.nodes.iter_mut().find_map(|node| node.disk.wal_order_violation.take()) {
+            return Err(violation);
+        }
         let (time, event) = self.queue.pop().expect("ticks reschedule themselves");
         self.now = time;
         self.events_processed += 1;
