@@ -240,7 +240,7 @@ impl SimDisk {
             && offset < self.layout.headers_zone_size()
             && self.synced_wals.holds(file.namespace)
         {
-            self.check_header_follows_its_prepare(file, offset);
+            self.check_header_follows_its_prepare(file, offset, &bytes);
         }
         self.bytes_written += bytes.len() as u64;
         let new_file = !self.files.contains_key(&file) && !self.in_flight.iter().any(|(_, other, ..)| *other == file);
@@ -264,8 +264,10 @@ impl SimDisk {
     }
 
     /// A synced WAL writes the redundant header at `offset`: the prepare in its slot must be
-    /// durable, no write to it in flight or completed since the file's last sync.
-    fn check_header_follows_its_prepare(&mut self, file: FileId, offset: u64) {
+    /// durable, no write to it in flight or completed since the file's last sync, and it must be
+    /// this header's prepare (a slot starts with its prepare's header), unless the disk's own
+    /// faults changed what landed there.
+    fn check_header_follows_its_prepare(&mut self, file: FileId, offset: u64, header: &[u8]) {
         let slot = offset / HEADER_SIZE as u64;
         let start = self.layout.prepare_offset(slot);
         let end = start + self.layout.prepare_size_max;
@@ -276,8 +278,17 @@ impl SimDisk {
             .files
             .get(&file)
             .is_some_and(|target| target.unsynced.iter().any(|(at, bytes, _)| overlaps(*at, bytes.len())));
-        if (in_flight || unsynced) && self.wal_order_violation.is_none() {
-            let state = if in_flight { "its write still in flight" } else { "written but not synced" };
+        let durable =
+            self.files.get(&file).and_then(|target| target.durable.get(start as usize..start as usize + HEADER_SIZE));
+        let another = !self.write_faulty(file, start) && durable != Some(header);
+        if (in_flight || unsynced || another) && self.wal_order_violation.is_none() {
+            let state = if in_flight {
+                "its write still in flight"
+            } else if unsynced {
+                "written but not synced"
+            } else {
+                "the slot durably holds another prepare"
+            };
             let group =
                 if file.namespace.is_metadata() { "metadata".to_string() } else { file.namespace.0.to_string() };
             self.wal_order_violation = Some(format!(
@@ -643,5 +654,49 @@ mod tests {
             }
         }
         assert!(lost > 0, "an unsynced write always survived the crash");
+    }
+
+    /// The header-order check passes a header written over its own durable prepare, and fails
+    /// one written over a prepare in flight, one written but not synced, and one over another
+    /// prepare; a WAL whose group does not sync is not checked.
+    #[test]
+    fn a_synced_wal_header_must_follow_its_own_durable_prepare() {
+        let mut rng = SimRng::new(1);
+        let scenario = Scenario::draw(1, &Overrides { faults: Some(FaultLevel::None), ..Default::default() }, &mut rng);
+        let rates = scenario.faults;
+        let layout = WalLayout::new(8, 1024);
+        let wal = vireo_storage::layout::wal_file(Namespace::METADATA);
+        let (header, other) = (vec![7u8; HEADER_SIZE], vec![8u8; HEADER_SIZE]);
+        let slot = 3;
+        let write_prepare = |disk: &mut SimDisk, rng: &mut SimRng, complete: bool, sync: bool, prepare: &[u8]| {
+            let id = disk.submit_write(wal, layout.prepare_offset(slot), [prepare, &[1u8; 500]].concat());
+            if complete {
+                disk.complete_write(id, rng, &rates).unwrap();
+            }
+            if sync {
+                disk.sync(wal, disk.sync_point()).unwrap();
+            }
+        };
+        let cases: [(bool, bool, &[u8], Option<&str>); 4] = [
+            (true, true, &header, None),
+            (false, false, &header, Some("still in flight")),
+            (true, false, &header, Some("not synced")),
+            (true, true, &other, Some("another prepare")),
+        ];
+        for (complete, sync, prepare, expected) in cases {
+            for synced_wals in [SyncedWals::All, SyncedWals::None] {
+                let mut disk = SimDisk::new(layout, None).with_synced_wals(synced_wals);
+                write_prepare(&mut disk, &mut rng, complete, sync, prepare);
+                disk.submit_write(wal, layout.header_offset(slot), header.clone());
+                let violation = disk.wal_order_violation.take();
+                match (expected, synced_wals) {
+                    (Some(what), SyncedWals::All) => {
+                        let violation = violation.expect("the check fails");
+                        assert!(violation.contains(what), "{violation}");
+                    }
+                    _ => assert_eq!(violation, None),
+                }
+            }
+        }
     }
 }

@@ -308,13 +308,15 @@ impl<S: StateMachine> Replica<S> {
         assert_eq!(self.wal.outstanding, 0);
         let file = wal_file(self.config.namespace);
         if !self.wal.headers_pending.is_empty() && self.wal_headers_held() {
-            self.wal.headers = std::mem::take(&mut self.wal.headers_pending);
-            for (op, checksum) in &self.wal.headers {
-                // A prepare a view change replaced since gets no header: it is not ours any more.
-                let Some(entry) = self.journal.get_exact(*op, *checksum) else { continue };
-                let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
+            for (op, checksum) in std::mem::take(&mut self.wal.headers_pending) {
+                // A prepare a view change replaced since gets no header, and is not made durable
+                // by this commit even if the journal holds it again when the commit ends: its
+                // slot may hold another prepare by then.
+                let Some(entry) = self.journal.get_exact(op, checksum) else { continue };
+                let offset = self.journal.layout.header_offset(self.journal.layout.slot(op));
                 let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
-                io.write(file, offset, header, token(TokenKind::Wal, *op));
+                io.write(file, offset, header, token(TokenKind::Wal, op));
+                self.wal.headers.push((op, checksum));
                 self.wal.outstanding += 1;
             }
         }
@@ -346,7 +348,14 @@ impl<S: StateMachine> Replica<S> {
             self.wal.queue.pop_front();
             let body = entry.body.as_ref().expect("checked");
             let spans = if self.elides() { S::external_spans(&entry.header, body) } else { Vec::new() };
-            let offset = self.journal.layout.prepare_offset(self.journal.layout.slot(op));
+            let slot = self.journal.layout.slot(op);
+            let offset = self.journal.layout.prepare_offset(slot);
+            // This write takes the slot: a prepare of it still waiting for its header is no longer
+            // the one the slot holds (a view change replaced it), and must be written again before
+            // its header may say it is durable, should the journal take it back.
+            let layout = self.journal.layout;
+            self.wal.headers_pending.retain(|(pending, _)| layout.slot(*pending) != slot);
+            assert!(!self.wal.headers.iter().any(|(header_op, _)| layout.slot(*header_op) == slot));
             self.wal.batch.push(this);
             if spans.is_empty() {
                 // One write from the header and the body the journal shares: the body is never
