@@ -312,12 +312,11 @@ impl<S: StateMachine> Replica<S> {
                 // A prepare a view change replaced since gets no header, and is not made durable
                 // by this commit even if the journal holds it again when the commit ends: its
                 // slot may hold another prepare by then.
-                let Some(entry) = self.journal.get_exact(op, checksum) else { continue };
-                let offset = self.journal.layout.header_offset(self.journal.layout.slot(op));
-                let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
-                io.write(file, offset, header, token(TokenKind::Wal, op));
+                if self.journal.get_exact(op, checksum).is_none() {
+                    continue;
+                }
+                self.wal_write_header(io, op);
                 self.wal.headers.push((op, checksum));
-                self.wal.outstanding += 1;
             }
         }
         // Headers that could not go stay pending while prepares go on being written beside them,
@@ -371,22 +370,26 @@ impl<S: StateMachine> Replica<S> {
             self.wal.outstanding += 1;
         }
         if self.config.bug == Some(Bug::WalHeaderWithItsPrepare) {
-            for (op, _) in &self.wal.batch {
-                let entry = self.journal.get(*op).expect("written just now");
-                let offset = self.journal.layout.header_offset(self.journal.layout.slot(*op));
-                let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
-                io.write(file, offset, header, token(TokenKind::Wal, *op));
-                self.wal.outstanding += 1;
-            }
             let batch = std::mem::take(&mut self.wal.batch);
+            for (op, _) in &batch {
+                self.wal_write_header(io, *op);
+            }
             self.wal.headers.extend(batch);
         }
+        // Only headers written are kept: a commit that writes nothing has nothing to complete.
+        debug_assert!(self.wal.outstanding > 0 || self.wal.headers.is_empty());
         if self.wal.outstanding > 0 {
             self.wal.stage = WalStage::Writing;
-        } else if !self.wal.headers.is_empty() {
-            // Every header it took belonged to a replaced prepare: nothing to write or wait for.
-            self.wal_commit_done(io);
         }
+    }
+
+    /// Writes the redundant header of `op`, the journal's entry for it, into its slot.
+    fn wal_write_header(&mut self, io: &mut impl Io, op: u64) {
+        let entry = self.journal.get(op).expect("a header is written for an entry the journal holds");
+        let offset = self.journal.layout.header_offset(self.journal.layout.slot(op));
+        let header = vireo_io::Bytes::copy_from_slice(&entry.header.encode());
+        io.write(wal_file(self.config.namespace), offset, header, token(TokenKind::Wal, op));
+        self.wal.outstanding += 1;
     }
 
     pub(super) fn wal_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
