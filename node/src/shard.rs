@@ -576,6 +576,12 @@ impl<M: MetadataPlane> Shard<M> {
         self.removals.len()
     }
 
+    /// Whether a janitor is removing `namespace`'s files: a deleted group's, as opposed to an
+    /// earlier incarnation's that a replica opening the namespace wipes itself.
+    pub fn janitor_removing(&self, namespace: Namespace) -> bool {
+        self.janitors.values().any(|janitor| janitor.namespace == namespace)
+    }
+
     /// Starts a janitor for each removal whose deletion the metadata holds durably, in order.
     fn start_removals(&mut self, io: &mut impl Io) {
         let hasty = self.config.partition.bug == Some(Bug::DeletionNotDurable);

@@ -895,12 +895,24 @@ impl StreamingCluster {
     /// A deleted group's files go only once the node's metadata holds the deletion durably: the
     /// durable commit point past the last op that still held the group. Otherwise a restart
     /// publishes the older metadata, reopens the group and finds its files gone. Checked when a
-    /// removal leaves a group that the node's committed metadata deleted with no file at all.
+    /// janitor's removal leaves a group that the node's committed metadata deleted with no file
+    /// at all. A replica opening a newer incarnation also empties the namespace, of the files of
+    /// an earlier one: not the deleted group's own, which that replica had not formatted yet
+    /// (seed 391 of the streaming sweep: a node caught up past both the creation and the
+    /// deletion of an incarnation whose replica was still wiping its predecessor's files).
     fn watch_deletions(&mut self, index: u8, namespace: Namespace) -> Result<(), String> {
         self.observe_metadata(index);
         let node = &self.nodes[index as usize];
         let Some(&held_to) = node.groups_deleted.get(&namespace) else { return Ok(()) };
         if !node.disk.list(namespace).is_empty() {
+            return Ok(());
+        }
+        let shards = node.shards.len() as u16;
+        let janitor = node
+            .shards
+            .get(shard_of(namespace, shards.max(1)) as usize)
+            .is_some_and(|shard| shard.shard().janitor_removing(namespace));
+        if !janitor {
             return Ok(());
         }
         let durable = node
