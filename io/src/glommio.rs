@@ -33,7 +33,7 @@ use std::time::Duration;
 use glommio::io::{BufferedFile, OpenOptions};
 use glommio::sync::Semaphore;
 
-use crate::{Completion, FileId, FileKind, Instant, Io, IoError, Namespace, Peer, Token, TICK_NS};
+use crate::{Completion, FileId, FileKind, Instant, Io, IoError, Namespace, OutFrame, Peer, Token, TICK_NS};
 
 #[derive(Clone, Debug)]
 pub struct DriverConfig {
@@ -323,7 +323,7 @@ struct Shared {
 
 /// An open client connection as the driver holds it.
 struct ConnectionEntry {
-    queue: glommio::channels::local_channel::LocalSender<Vec<u8>>,
+    queue: glommio::channels::local_channel::LocalSender<OutFrame>,
     /// Bytes in `queue` not yet written to the socket.
     queued_bytes: Rc<Cell<usize>>,
     fd: std::os::fd::RawFd,
@@ -445,7 +445,7 @@ impl Shared {
 
     /// Queues a frame to a client; a client that let `NetLimits::send_queue_bytes_max` (or
     /// `OUTBOUND_FRAMES_MAX` frames) pile up is cut off instead of buffered without bound.
-    fn send_to_client(&self, client: u128, frame: Vec<u8>) {
+    fn send_to_client(&self, client: u128, frame: OutFrame) {
         let len = frame.len();
         let full = match self.connections.borrow().get(&client) {
             // Gone already: a reply to a closed connection is dropped, as TCP would.
@@ -831,8 +831,9 @@ impl GlommioIo {
         ConnectionServer { shared: self.shared.clone(), seed: self.random() }
     }
 
-    /// Queues a frame on a client connection (what `Io::send` to a `Peer::Client` does).
-    pub fn send_to_client(&mut self, client: u128, frame: Vec<u8>) {
+    /// Queues a frame on a client connection (what `Io::send` to a `Peer::Client` does); its parts
+    /// go to the socket one after the other, never joined into one buffer.
+    pub fn send_to_client(&mut self, client: u128, frame: OutFrame) {
         self.shared.send_to_client(client, frame);
     }
 
@@ -975,7 +976,7 @@ impl Io for GlommioIo {
     fn send(&mut self, to: Peer, message: Vec<u8>) {
         match to {
             Peer::Replica(_) => self.outbox.push((to, message)),
-            Peer::Client(client) => self.shared.send_to_client(client, message),
+            Peer::Client(client) => self.shared.send_to_client(client, message.into()),
         }
     }
 
@@ -1446,7 +1447,7 @@ async fn serve_frames<S>(
 {
     use futures_lite::{AsyncReadExt, AsyncWriteExt};
     let (mut reader, mut writer) = futures_lite::io::split(stream);
-    let (sender, receiver) = glommio::channels::local_channel::new_bounded::<Vec<u8>>(OUTBOUND_FRAMES_MAX);
+    let (sender, receiver) = glommio::channels::local_channel::new_bounded::<OutFrame>(OUTBOUND_FRAMES_MAX);
     let queued_bytes = Rc::new(Cell::new(0usize));
     shared
         .connections
@@ -1459,7 +1460,14 @@ async fn serve_frames<S>(
             let len = frame.len();
             // A TLS stream may hold the frame's last record until flushed (a plain socket holds
             // nothing: its flush does nothing).
-            if writer.write_all(&frame).await.is_err() || writer.flush().await.is_err() {
+            let mut written = true;
+            for part in frame.parts() {
+                if writer.write_all(part).await.is_err() {
+                    written = false;
+                    break;
+                }
+            }
+            if !written || writer.flush().await.is_err() {
                 break;
             }
             queued_bytes.set(queued_bytes.get().saturating_sub(len));

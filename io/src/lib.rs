@@ -19,7 +19,10 @@ pub use bytes::Bytes;
 #[cfg(all(feature = "glommio", target_os = "linux"))]
 pub mod glommio;
 
+pub mod out_frame;
 pub mod receive_buffers;
+
+pub use out_frame::OutFrame;
 
 /// Time in nanoseconds, monotonic: virtual time since the run began in the simulator, wall-clock
 /// time since the Unix epoch (anchored when the driver starts) in the glommio driver.

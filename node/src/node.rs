@@ -88,7 +88,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use vireo_io::{Bytes, Completion, Io, Namespace, Peer};
+use vireo_io::{Bytes, Completion, Io, Namespace, OutFrame, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{
     encode_frame, group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX,
@@ -721,7 +721,7 @@ impl Node {
             ShardMessage::Read(read) => self.serve_poll(io, read.connection, read.request, read.poll),
             ShardMessage::ToConnection { connection, frame } => {
                 if self.connections.contains_key(&connection) {
-                    io.send_to_connection(connection, frame);
+                    io.send_frame_to_connection(connection, frame);
                 }
             }
         }
@@ -1300,7 +1300,7 @@ impl Node {
             STATUS_TRANSIENT_NOT_ACCEPTED,
             Vec::new(),
         );
-        self.send_read_answer(io, request.origin, connection, frame);
+        self.send_read_answer(io, request.origin, connection, frame.into());
     }
 
     /// A poll without auto-commit answered now: the machine chooses the range, the group's
@@ -1479,7 +1479,7 @@ impl Node {
     }
 
     /// The frame that answers a local poll with `reply`.
-    fn poll_answer(&mut self, request: &Header, reply: &PollReply) -> Vec<u8> {
+    fn poll_answer(&mut self, request: &Header, reply: &PollReply) -> OutFrame {
         let group = group_namespace(request.group).expect("a read names its group");
         self.event(NodeEvent::ReadLocally { group, count: reply.count });
         poll_reply_frame(request, self.config.shard.metadata.cluster, self.node_index(), reply)
@@ -1531,13 +1531,13 @@ impl Node {
         io: &mut impl NodeIo,
         origin: Option<Origin>,
         connection: ConnectionId,
-        frame: Vec<u8>,
+        frame: OutFrame,
     ) {
         let origin = origin.expect("reads carry their origin");
         if origin.shard == self.shard_index() {
             if self.connections.contains_key(&connection) {
-                let header = Header::decode(&frame).expect("a frame of our own");
-                io.send_to_connection(connection, frame);
+                let header = Header::decode(&frame.head).expect("a frame of our own");
+                io.send_frame_to_connection(connection, frame);
                 self.event(NodeEvent::Answered {
                     connection,
                     request: header.request,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use vireo_io::{Io, Namespace};
+use vireo_io::{Io, Namespace, OutFrame};
 
 use vireo_protocol::header::Header;
 
@@ -42,8 +42,9 @@ pub enum ShardMessage {
     /// A poll without auto-commit for a group the receiving shard hosts, answered from its
     /// replica's committed log (no consensus): the reply goes back as `ToConnection`.
     Read(Box<LocalRead>),
-    /// A reply frame for a connection the receiving shard holds.
-    ToConnection { connection: ConnectionId, frame: Vec<u8> },
+    /// A reply frame for a connection the receiving shard holds (a poll's: in parts, its
+    /// batches slices of the read that brought them in).
+    ToConnection { connection: ConnectionId, frame: OutFrame },
     /// The figures of the partition groups `shard` hosts, for the reads that report them.
     /// Shard 0's also say which replica is the metadata group's primary, when its replica is in
     /// normal status (what get_cluster_metadata reports as the leader).
@@ -54,9 +55,8 @@ impl ShardMessage {
     /// Bytes the message carries (what a channel's bound is counted against).
     pub fn size_bytes(&self) -> usize {
         match self {
-            ShardMessage::Frame(bytes)
-            | ShardMessage::ClientReply(bytes)
-            | ShardMessage::ToConnection { frame: bytes, .. } => bytes.len(),
+            ShardMessage::Frame(bytes) | ShardMessage::ClientReply(bytes) => bytes.len(),
+            ShardMessage::ToConnection { frame, .. } => frame.len(),
             ShardMessage::Metadata(_) | ShardMessage::Read(_) | ShardMessage::Figures { .. } => 0,
         }
     }
@@ -84,6 +84,14 @@ pub trait NodeIo: Io {
     /// Queues a frame on a connection this shard holds. The driver bounds each connection's
     /// send queue and closes a connection whose client does not read (then reports it closed).
     fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>);
+
+    /// As `send_to_connection`, for a frame in parts (a poll's reply: its batches are slices of
+    /// what its read brought in). Joining the parts and queuing the frame whole, as this does, is
+    /// always correct; a driver that writes the parts one after the other saves a copy of every
+    /// byte polled.
+    fn send_frame_to_connection(&mut self, connection: ConnectionId, frame: OutFrame) {
+        self.send_to_connection(connection, frame.into_whole());
+    }
 
     /// A frame a client sent that the node is done with (its request answered): the driver may
     /// read a later frame into it. Dropping it, as this does, is always correct.

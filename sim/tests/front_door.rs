@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use vireo_io::{Completion, FileId, Io, Namespace, Peer, Token};
+use vireo_io::{Completion, FileId, Io, Namespace, OutFrame, Peer, Token};
 use vireo_node::metadata::PasswordCost;
 use vireo_node::metadata_plane::operation_of;
 use vireo_node::node::{Node, NodeConfig, NodeEvent, OPERATION_LOGOUT, OPERATION_NON_REPLICATED};
@@ -251,6 +251,11 @@ impl NodeIo for ShardIo<'_> {
     fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>) {
         assert_eq!(connection, CONNECTION);
         world_side(|| self.asks.to_client.push(frame));
+    }
+    /// The parts join on the world's side, as the kernel's socket buffer takes them one by one.
+    fn send_frame_to_connection(&mut self, connection: ConnectionId, frame: OutFrame) {
+        assert_eq!(connection, CONNECTION);
+        world_side(|| self.asks.to_client.push(frame.into_whole()));
     }
     fn close_connection(&mut self, _connection: ConnectionId) {
         self.asks.closed = true;
@@ -1187,7 +1192,7 @@ fn poll_of(partition: u32, offset: u64, count: u32) -> ClientRequest {
 /// What the whole node (connection, admission, the partition's group on another shard, its WAL
 /// and segment log on the simulated disk, the reply) allocates, hashes and copies for one send and
 /// one poll: a batch of 100 messages costs no more allocations than a batch of 5, so none is per
-/// message; each payload byte is copied once in user space on either path. The figures
+/// message; each payload byte is copied once in user space on a send and not at all on a poll. The figures
 /// (allocations per batch, bytes allocated per payload and per batch byte, bytes hashed, bytes in
 /// payload-sized copies) are printed for the performance notes.
 #[test]
@@ -1243,25 +1248,28 @@ fn a_batch_costs_the_same_allocations_whatever_its_message_count() {
     // One batch-sized buffer is allocated on a send: the frame that carries the batch from the
     // client's frame to its group (the journal, the WAL's write and the segment log share it).
     // The rest (1.058 batch bytes in all when measured: headers, replies, the WAL slot's own
-    // bytes) is small buffers around it. A poll reads its batches into its reply once (1.010).
+    // bytes) is small buffers around it. A poll's batches go out as slices of the buffer its
+    // read filled (allocated by the world here, as a driver does): the node's own allocations
+    // are its reply's head and small buffers (0.012 of the batch when measured).
     // A copy more on either path, or small buffers grown to a tenth of a batch, fail here.
     let (send_bytes, poll_bytes) = (large_send_bytes as f64 / batch, large_poll_bytes as f64 / batch);
     assert!(send_bytes <= 1.1, "a send allocates {send_bytes:.3} bytes per batch byte");
-    assert!(poll_bytes <= 1.05, "a poll allocates {poll_bytes:.3} bytes per batch byte");
+    assert!(poll_bytes <= 0.05, "a poll allocates {poll_bytes:.3} bytes per batch byte");
     // Growing a buffer to fit may cost a reallocation or two more; a per-message allocation
     // would cost 95 more.
     assert!(large_sends <= small_sends + 8, "a send allocates per message: {small_sends} for 5, {large_sends} for 100");
     assert!(large_polls <= small_polls + 8, "a poll allocates per message: {small_polls} for 5, {large_polls} for 100");
     // User-space copies a payload's size: one on a send (its batch from the client's frame into
-    // the frame that goes to its group) and one on a poll (the batches read into the reply; the
-    // read's bytes before the first batch wanted are skipped by a slice, not moved).
+    // the frame that goes to its group) and none on a poll: its reply goes out in parts, the
+    // batches slices of the read (`OutFrame`; the read's bytes before the first batch wanted are
+    // skipped by a slice, not moved). Only a batch cut at the poll's edges is copied.
     println!(
         "payload-sized copies: {:.2} batches' bytes on a send, {:.2} on a poll",
         send_copied as f64 / batch,
         poll_copied as f64 / batch
     );
     assert!(send_copied as f64 <= 1.1 * batch, "a send copies {send_copied} bytes for a batch of {batch}");
-    assert!(poll_copied as f64 <= 1.1 * batch, "a poll copies {poll_copied} bytes for a batch of {batch}");
+    assert!(poll_copied as f64 <= 0.1 * batch, "a poll copies {poll_copied} bytes for a batch of {batch}");
     // The copy counter can fail: a payload-sized copy on the node's side is seen.
     let original = vec![3u8; 2 * COPY_COUNTED_MIN];
     let (_, copies, copied) =

@@ -25,7 +25,7 @@ use std::time::Duration;
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
 use vireo_io::glommio::{ClientTls, DriverConfig, DriverEvent, GlommioIo, NetEvent, NetLimits, ShardContext};
-use vireo_io::{Io, Peer, TICK_NS};
+use vireo_io::{Io, OutFrame, Peer, TICK_NS};
 use vireo_protocol::replica::{ReplicaEvent, Status};
 
 use crate::node::{Node, NodeConfig, NodeEvent};
@@ -166,21 +166,28 @@ impl NodeIo for ServerIo<'_> {
     }
 
     fn send_to_connection(&mut self, connection: ConnectionId, frame: Vec<u8>) {
+        self.send_frame_to_connection(connection, frame.into());
+    }
+
+    /// A client's socket takes the frame's parts one after the other; the internal connection
+    /// and the HTTP gateway read it whole.
+    fn send_frame_to_connection(&mut self, connection: ConnectionId, frame: OutFrame) {
         if connection == INTERNAL_CONNECTION {
-            self.internal.push(frame);
+            self.internal.push(frame.into_whole());
             return;
         }
         if Gateway::owns(connection) {
             if let Some(gateway) = self.gateway {
-                gateway.on_reply(connection, frame);
+                gateway.on_reply(connection, frame.into_whole());
             }
             return;
         }
         let Some((client, timed)) = self.links.by_connection.get_mut(&connection) else { return };
         let client = *client;
-        if frame.len() >= 256 && frame[60] == 8 {
-            let request = u64::from_le_bytes(frame[200..208].try_into().expect("8 bytes"));
-            let status = u32::from_le_bytes(frame[216..220].try_into().expect("4 bytes"));
+        let head = &frame.head;
+        if head.len() >= 256 && head[60] == 8 {
+            let request = u64::from_le_bytes(head[200..208].try_into().expect("8 bytes"));
+            let status = u32::from_le_bytes(head[216..220].try_into().expect("4 bytes"));
             if let Some(at) = timed.iter().position(|entry| entry.request == request) {
                 let entry = timed.remove(at).expect("found");
                 let figures = self.figures.commands.entry(entry.command).or_default();

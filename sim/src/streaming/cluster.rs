@@ -1477,9 +1477,8 @@ impl StreamingCluster {
                 }
                 self.nodes[node as usize].channel_depth[shard as usize] -= 1;
                 let digest = match &message {
-                    ShardMessage::Frame(bytes)
-                    | ShardMessage::ClientReply(bytes)
-                    | ShardMessage::ToConnection { frame: bytes, .. } => checksum64(bytes),
+                    ShardMessage::Frame(bytes) | ShardMessage::ClientReply(bytes) => checksum64(bytes),
+                    ShardMessage::ToConnection { frame, .. } => checksum64(&frame.clone().into_whole()),
                     ShardMessage::Metadata(view) => view.op,
                     ShardMessage::Read(read) => read.connection ^ read.request.request,
                     ShardMessage::Figures { shard, figures, .. } => (*shard as u64) << 32 | figures.len() as u64,

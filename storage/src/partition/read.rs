@@ -298,7 +298,15 @@ impl PartitionLog {
             }
         }
         if let (Some(first), Some(start_offset)) = (first, start_offset) {
-            let bytes = Bytes::from(bytes).slice(first..last);
+            // A poll's reply holds its batches as slices of this buffer until its client has read
+            // them, and the send queue counts the reply's bytes only: the read's bytes past the
+            // last batch served go back to the allocator now (a shrink in place, no copy). What
+            // the buffer keeps beyond the reply is then what lay between the index entry the read
+            // began at and the first batch served: less than an index interval and a batch.
+            let mut bytes = bytes;
+            bytes.truncate(last);
+            bytes.shrink_to_fit();
+            let bytes = Bytes::from(bytes).slice(first..);
             let end_offset = self.end_offset();
             return self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes, batch_count, end_offset }));
         }
