@@ -1423,24 +1423,51 @@ async fn serve_connection(shared: Rc<Shared>, client: u128, stream: glommio::net
     let _ = stream.set_nodelay(true);
     let fd = stream.as_raw_fd();
     let Some(tls) = shared.tls.clone() else {
-        return serve_frames(shared, client, address, fd, stream).await;
+        return serve_frames(shared, client, address, fd, Some(fd), stream).await;
     };
     shared.handshaking.set(shared.handshaking.get() + 1);
     let accepted = tls.accept(stream).await;
     shared.handshaking.set(shared.handshaking.get() - 1);
     match accepted {
-        Some(stream) => serve_frames(shared, client, address, fd, stream).await,
+        Some(stream) => serve_frames(shared, client, address, fd, None, stream).await,
         None => shared.count(|counters| counters.tls_refused += 1),
     }
 }
 
+/// Parts one gather write offers the socket; a frame's later parts go by the usual writes.
+const GATHER_PARTS_MAX: usize = 64;
+
+/// Sends as much of a frame in parts as a plain socket takes now, in one `sendmsg` that does not
+/// wait: a poll's reply leaves as one train of segments, not a header alone that wakes the client
+/// before its batches follow (as separate writes would). Returns the bytes sent: 0 on a full
+/// socket, or on an error the next write meets again and reports.
+fn send_parts_now(socket: std::os::fd::RawFd, frame: &OutFrame) -> usize {
+    let empty = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+    let mut iov = [empty; GATHER_PARTS_MAX];
+    let mut count = 0;
+    for (slot, part) in iov.iter_mut().zip(frame.parts()) {
+        *slot = libc::iovec { iov_base: part.as_ptr() as *mut libc::c_void, iov_len: part.len() };
+        count += 1;
+    }
+    // SAFETY: a zeroed msghdr is a valid empty one; only its vector is set below.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = iov.as_mut_ptr();
+    message.msg_iovlen = count as _;
+    // SAFETY: every iovec points into one of `frame`'s parts, alive for the whole call, and
+    // sendmsg only reads them; the socket is this connection's own.
+    let sent = unsafe { libc::sendmsg(socket, &message, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    usize::try_from(sent).unwrap_or(0)
+}
+
 /// Reads a connection's frames into the shard's events and writes its queued frames, until either
-/// side ends it.
+/// side ends it. `plain` is the socket when the stream is the socket itself (no TLS): a frame in
+/// parts is then offered to it in one gather write first (`send_parts_now`).
 async fn serve_frames<S>(
     shared: Rc<Shared>,
     client: u128,
     address: Option<std::net::SocketAddr>,
     fd: std::os::fd::RawFd,
+    plain: Option<std::os::fd::RawFd>,
     stream: S,
 ) where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin + 'static,
@@ -1460,8 +1487,12 @@ async fn serve_frames<S>(
             let len = frame.len();
             // A TLS stream may hold the frame's last record until flushed (a plain socket holds
             // nothing: its flush does nothing).
+            let sent = match plain {
+                Some(socket) if !frame.tail.is_empty() => send_parts_now(socket, &frame),
+                _ => 0,
+            };
             let mut written = true;
-            for part in frame.parts() {
+            for part in frame.parts_from(sent) {
                 if writer.write_all(part).await.is_err() {
                     written = false;
                     break;

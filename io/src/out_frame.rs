@@ -47,6 +47,21 @@ impl OutFrame {
         std::iter::once(&self.head[..]).chain(self.tail.iter().map(|part| &part[..])).filter(|part| !part.is_empty())
     }
 
+    /// The frame's bytes from `at` on, in parts: what is left to write after a write that took
+    /// `at` bytes.
+    pub fn parts_from(&self, at: usize) -> impl Iterator<Item = &[u8]> {
+        let mut skip = at;
+        self.parts().filter_map(move |part| {
+            if skip >= part.len() {
+                skip -= part.len();
+                return None;
+            }
+            let rest = &part[skip..];
+            skip = 0;
+            Some(rest)
+        })
+    }
+
     /// The frame in one buffer: the head as it is when there is no tail, else a copy of the
     /// parts (for a reader that needs it whole).
     pub fn into_whole(self) -> Vec<u8> {
@@ -84,6 +99,11 @@ mod tests {
             prop_assert_eq!(frame.len(), expected.len());
             prop_assert_eq!(frame.parts().flatten().copied().collect::<Vec<u8>>(), expected.clone());
             prop_assert!(frame.parts().all(|part| !part.is_empty()));
+            for at in 0..=expected.len() + 1 {
+                let rest: Vec<u8> = frame.parts_from(at).flatten().copied().collect();
+                prop_assert_eq!(&rest[..], &expected[at.min(expected.len())..]);
+                prop_assert!(frame.parts_from(at).all(|part| !part.is_empty()));
+            }
             prop_assert_eq!(frame.into_whole(), expected);
         }
     }

@@ -304,6 +304,19 @@ async fn delete_segments(client: &IggyClient, stream: &Identifier) {
         client.send_messages(stream, &segmented, &Partitioning::partition_id(0), &mut messages).await.unwrap();
     }
     let consumer = Consumer::new(Identifier::numeric(3).unwrap());
+    // Whole batches of about 100 KB go out as slices of the read that brought them in, beside
+    // the reply's head (a frame in parts): the client reads exactly the messages sent.
+    let whole = client
+        .poll_messages(stream, &segmented, Some(0), &consumer, &PollingStrategy::offset(100), 300, false)
+        .await
+        .unwrap();
+    assert!(whole.messages.len() >= 100, "at least one whole batch: {}", whole.messages.len());
+    for (at, message) in whole.messages.iter().enumerate() {
+        let offset = 100 + at as u64;
+        let (batch, index) = (offset / 100, offset % 100);
+        assert_eq!(message.header.offset, offset);
+        assert_eq!(message.payload.to_vec(), vec![batch as u8; 1000 + index as usize], "offset {offset}");
+    }
     let first_offset = || async {
         let first = client
             .poll_messages(stream, &segmented, Some(0), &consumer, &PollingStrategy::first(), 1, false)

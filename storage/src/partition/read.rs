@@ -299,13 +299,16 @@ impl PartitionLog {
         }
         if let (Some(first), Some(start_offset)) = (first, start_offset) {
             // A poll's reply holds its batches as slices of this buffer until its client has read
-            // them, and the send queue counts the reply's bytes only: the read's bytes past the
-            // last batch served go back to the allocator now (a shrink in place, no copy). What
-            // the buffer keeps beyond the reply is then what lay between the index entry the read
-            // began at and the first batch served: less than an index interval and a batch.
+            // them, and the send queue counts the reply's bytes only: a read mostly past the last
+            // batch served gives those bytes back to the allocator now (a shrink in place, no
+            // copy; not for a few bytes, as a shrink of a mapped buffer costs a remap). The
+            // buffer then keeps beyond the reply at most a third of it past its end, and what lay
+            // between the index entry the read began at and the first batch served.
             let mut bytes = bytes;
-            bytes.truncate(last);
-            bytes.shrink_to_fit();
+            if bytes.len() - last > bytes.len() / 4 {
+                bytes.truncate(last);
+                bytes.shrink_to_fit();
+            }
             let bytes = Bytes::from(bytes).slice(first..);
             let end_offset = self.end_offset();
             return self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes, batch_count, end_offset }));
