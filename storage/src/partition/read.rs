@@ -309,7 +309,7 @@ impl PartitionLog {
                 bytes.truncate(last);
                 bytes.shrink_to_fit();
             }
-            let bytes = Bytes::from(bytes).slice(first..);
+            let bytes = Bytes::from(bytes).slice(first..last);
             let end_offset = self.end_offset();
             return self.finish_read(request.id, Ok(ReadBatches { start_offset, bytes, batch_count, end_offset }));
         }
