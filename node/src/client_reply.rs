@@ -58,7 +58,12 @@ pub fn poll_reply_body(polled: &PollReply) -> Result<Vec<u8>, u32> {
 pub fn poll_reply_frame(request: &Header, cluster: u128, replica: u8, polled: &PollReply) -> OutFrame {
     let mut head = Vec::with_capacity(HEADER_SIZE + POLL_REPLY_HEAD);
     head.resize(HEADER_SIZE, 0);
-    let mut parts = ReplyParts { sliced: Vec::new(), gathered: Vec::new() };
+    // A slice pins the whole read until the client has taken the reply, while a connection's
+    // send queue counts the reply's bytes: a reply whose slices would be under half of the read
+    // (its edges cut from large batches, copied) is gathered whole, and the read goes at once.
+    // A slice then pins at most twice what the queue counts.
+    let slice_min = if 2 * sliced_bytes(polled) >= polled.batches.len() { SLICED_BATCH_MIN } else { usize::MAX };
+    let mut parts = ReplyParts { slice_min, sliced: Vec::new(), gathered: Vec::new() };
     match write_poll_reply(polled, &mut head, Some(&mut parts)) {
         Ok(()) => {
             let parts = parts.finish();
@@ -75,8 +80,29 @@ pub fn poll_reply_frame(request: &Header, cluster: u128, replica: u8, polled: &P
 /// (`POLL_BYTES_MAX`), while a copy costs less than a write of its own would.
 const SLICED_BATCH_MIN: usize = 16 << 10;
 
+/// The bytes of the whole batches of at least `SLICED_BATCH_MIN` the poll answers with: what a
+/// reply in parts would hold as slices of its read.
+fn sliced_bytes(polled: &PollReply) -> usize {
+    let (from, to) = (polled.start, polled.start + polled.count as u64);
+    let (mut total, mut at) = (0, 0);
+    while at < polled.batches.len() {
+        let Ok(header) = batch::BatchHeader::decode(&polled.batches[at..]) else { break };
+        let length = header.batch_length as usize;
+        if length == 0 || length > polled.batches.len() - at {
+            break;
+        }
+        if length >= SLICED_BATCH_MIN && header.base_offset >= from && header.end_offset() <= to {
+            total += length;
+        }
+        at += length;
+    }
+    total
+}
+
 /// The batches of a reply going out in parts, in order.
 struct ReplyParts {
+    /// Whole batches of at least this many bytes are sliced (`usize::MAX`: none is).
+    slice_min: usize,
     sliced: Vec<Bytes>,
     /// Small batches (and cut ones) since the last slice.
     gathered: Vec<u8>,
@@ -126,7 +152,7 @@ fn write_poll_reply(polled: &PollReply, out: &mut Vec<u8>, mut parts: Option<&mu
         if header.base_offset >= from && header.end_offset() <= to {
             batch::check_client_batch(one).map_err(|_| STATUS_INVALID_COMMAND)?;
             match parts.as_deref_mut() {
-                Some(parts) if length >= SLICED_BATCH_MIN => parts.slice(polled.batches.slice(at..at + length)),
+                Some(parts) if length >= parts.slice_min => parts.slice(polled.batches.slice(at..at + length)),
                 Some(parts) => parts.gather(one),
                 None => out.extend_from_slice(one),
             }
@@ -319,6 +345,19 @@ mod tests {
             prop_assert!(frame.tail.len() <= 2 * frame.len() / SLICED_BATCH_MIN + 1);
             prop_assert_eq!(frame.into_whole(), whole);
         }
+    }
+
+    #[test]
+    fn a_reply_that_would_pin_a_read_twice_its_size_is_gathered_whole() {
+        // A poll of the last message of a large batch and one whole 20 KB batch after it: the
+        // slice would pin the large batch too.
+        let log = Bytes::from(log_of(&[(100, 1000), (4, 5000)]));
+        let polled = PollReply { partition: 3, current_offset: 103, start: 99, count: 5, batches: log.clone() };
+        let frame = poll_reply_frame(&poll_request(), 9, 1, &polled);
+        let read = log.as_ptr() as usize..log.as_ptr() as usize + log.len();
+        assert!(frame.tail.iter().all(|part| !read.contains(&(part.as_ptr() as usize))), "no part pins the read");
+        let whole = node_reply(&poll_request(), 9, 1, 0, poll_reply_body(&polled).expect("a reply"));
+        assert_eq!(frame.into_whole(), whole);
     }
 
     #[test]

@@ -302,10 +302,10 @@ impl PartitionLog {
             // them, and the send queue counts the reply's bytes only: a read mostly past the last
             // batch served gives those bytes back to the allocator now (a shrink in place, no
             // copy; not for a few bytes, as a shrink of a mapped buffer costs a remap). The
-            // buffer then keeps beyond the reply at most a third of it past its end, and what lay
+            // allocation then keeps beyond the reply at most a third of it past its end, and what lay
             // between the index entry the read began at and the first batch served.
             let mut bytes = bytes;
-            if bytes.len() - last > bytes.len() / 4 {
+            if bytes.capacity() - last > bytes.capacity() / 4 {
                 bytes.truncate(last);
                 bytes.shrink_to_fit();
             }
