@@ -110,6 +110,14 @@ async fn a_node_started_alone_waits_for_a_quorum_and_says_so() {
         cluster.start(0);
         cluster.start(1);
         create_topic(&cluster.addresses(), false).await;
+        // Two nodes make the quorum that creates the topic: node 2 may not have formed yet (it
+        // failed here once in a clean-clone CI run, killed before its metadata existed, and came
+        // back empty). Only a node that holds its metadata has history to wait with.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cluster.nodes[2].data.join("metadata").exists() {
+            assert!(Instant::now() < deadline, "node 2 never formed its metadata");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         // With data, a node alone waits for a quorum and says so.
         for node in 0..3 {
             cluster.kill(node);
