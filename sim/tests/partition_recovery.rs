@@ -241,6 +241,39 @@ fn a_missing_or_bad_index_is_rebuilt_from_the_log() {
     assert!(harness.world.disk.listing().iter().any(|(file, size)| *file == first_index && *size > 0));
 }
 
+/// A sync per group commit flushes the active segment's log, not its index: recovery reads the
+/// active segment whole and rebuilds its index, so a crash that loses the index costs nothing.
+/// The index is synced once its segment is sealed, before the frontier passes the segment's end
+/// (from then on recovery trusts it).
+#[test]
+fn the_active_index_is_synced_only_once_its_segment_is_sealed() {
+    let mut harness = PartitionHarness::new(LocalWorld::new(7, no_faults(), false), config());
+    harness.settle();
+    for _ in 0..3 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    assert_eq!(harness.log.segment_count(), 1, "still one active segment");
+    let (log, index) = (FileId::new(NAMESPACE, FileKind::Segment(0)), FileId::new(NAMESPACE, FileKind::Index(0)));
+    assert_eq!(harness.world.disk.durable_bytes(log), harness.world.disk.bytes(log), "the log is synced");
+    assert!(!harness.world.disk.bytes(index).is_empty(), "the index has entries");
+    assert!(harness.world.disk.durable_bytes(index).is_empty(), "the active index was synced with its batches");
+    let report = harness.crash_and_reopen();
+    assert_eq!((report.truncated_from, report.corrupt, report.end_offset), (None, false, 30), "{report:?}");
+    harness.check_all();
+    // Until the segment is sealed: then the sync that covers its end flushes its index too.
+    while harness.log.segment_count() == 1 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    assert!(!harness.world.disk.durable_bytes(index).is_empty());
+    assert_eq!(harness.world.disk.durable_bytes(index), harness.world.disk.bytes(index), "the sealed index is synced");
+    let end = harness.log.end_offset();
+    let report = harness.crash_and_reopen();
+    assert_eq!((report.truncated_from, report.corrupt, report.end_offset), (None, false, end), "{report:?}");
+    harness.check_all();
+}
+
 #[test]
 fn an_index_entry_that_points_off_its_batch_costs_no_message() {
     let mut harness = sealed_partition(5);

@@ -834,7 +834,14 @@ impl PartitionLog {
         }
         // Dirty from the moment the write completed: a sync issued before that did not cover it.
         self.dirty.insert(log_file);
-        self.dirty.insert(index_file);
+        // The index of the active segment is not synced with its batches: recovery never
+        // trusts it (it reads the active segment whole and rebuilds its index), so a sync per
+        // group commit would flush it for nothing. It is synced once its segment is sealed, by
+        // the sync that moves the frontier past the segment's end: from then on recovery trusts
+        // it, and every entry of the segment was written by this unit or one before it.
+        if sealed_end.is_some() {
+            self.dirty.insert(index_file);
+        }
         self.retry_parked(io);
     }
 
