@@ -8,6 +8,11 @@
 # This script does not build them: no recipe for building the reference lives in this repository.
 # WORKLOADS (default: all five) picks some of them by name, e.g. WORKLOADS="pinned-producer";
 # CLUSTER=0 skips the three-node run and CROSS=0 the vireo-bench rounds.
+# WARM_PAGES=1 turns the VM's free page reporting off for the run (and back on at exit): with it
+# on, memory the guest freed goes back to the host within seconds, and the next write into the
+# page cache faults every page in again, about ten times the cost of a warm copy (1 GB: 2 s of
+# system time against 0.2 s here). Both servers pay it for each page they write, and the figures
+# swing between rounds with how much of the memory they get is cold.
 #
 # For each workload of the performance issue: three rounds, alternating iggy-server and
 # vireo-server, each on a fresh data directory with the same shard count (SHARDS, default 2),
@@ -81,7 +86,23 @@ stop_server() {
     [ -n "$server_dir" ] && rm -rf "$server_dir"
     server_dir=""
 }
-trap stop_server EXIT
+reporting=/sys/module/page_reporting/parameters/page_reporting_order
+reporting_was=""
+finish() {
+    stop_server
+    if [ -n "$reporting_was" ]; then echo "$reporting_was" >"$reporting" || true; fi
+}
+trap finish EXIT
+if [ -w "$reporting" ] && [ -d /sys/bus/virtio/drivers/virtio_balloon ]; then
+    if [ "${WARM_PAGES:-0}" = 1 ]; then
+        reporting_was=$(cat "$reporting")
+        # An order above the largest free block: no block is ever reported.
+        echo 11 >"$reporting"
+        echo "free page reporting off for this run (page_reporting_order $reporting_was -> 11, restored at exit)"
+    elif [ "$(cat "$reporting")" -le 10 ]; then
+        echo "note: free page reporting is on (page_reporting_order $(cat "$reporting")): page-cache writes into memory the host took back cost about ten times a warm copy, and figures swing between rounds; WARM_PAGES=1 turns it off for the run"
+    fi
+fi
 
 # start_server SIDE: a fresh data directory, a free port; sets server_pid and port.
 start_server() {
