@@ -274,6 +274,31 @@ fn the_active_index_is_synced_only_once_its_segment_is_sealed() {
     harness.check_all();
 }
 
+/// An owner seals its log between batches (`seal`), after the segment's last write completed: no
+/// write is left to mark its index, and the seal itself must, or a checkpoint past the segment
+/// would leave recovery trusting an index that was never synced (a helper's review found this).
+#[test]
+fn an_owner_sealing_between_batches_syncs_the_sealed_index() {
+    let config = PartitionConfig { segment_size: u64::MAX, ..config() };
+    let mut harness = PartitionHarness::new_owned(LocalWorld::new(8, no_faults(), false), config);
+    harness.settle();
+    for _ in 0..3 {
+        harness.append(10, 100);
+    }
+    sync_and_settle(&mut harness);
+    let index = FileId::new(NAMESPACE, FileKind::Index(0));
+    assert!(harness.world.disk.durable_bytes(index).is_empty(), "the active index was synced with its batches");
+    harness.log.seal(&mut harness.world);
+    harness.append(10, 100);
+    sync_and_settle(&mut harness);
+    assert_eq!(harness.log.segment_count(), 2);
+    assert!(!harness.world.disk.bytes(index).is_empty());
+    assert_eq!(harness.world.disk.durable_bytes(index), harness.world.disk.bytes(index), "the sealed index is synced");
+    let report = harness.crash_and_reopen();
+    assert_eq!((report.truncated_from, report.corrupt, report.end_offset), (None, false, 40), "{report:?}");
+    harness.check_all();
+}
+
 #[test]
 fn an_index_entry_that_points_off_its_batch_costs_no_message() {
     let mut harness = sealed_partition(5);

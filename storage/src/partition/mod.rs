@@ -549,8 +549,15 @@ impl PartitionLog {
     /// Seals the active segment (its unit is closed) and starts a new, empty one after it.
     fn seal_active(&mut self) {
         self.flush_unit();
+        let namespace = self.namespace;
         let active = self.segments.back_mut().expect("active segment");
         active.sealed = true;
+        if active.written_size == active.size {
+            // Every write of it completed already (an owner sealing between batches): no
+            // `written` will mark its index for the sync that seals it, so it is marked here.
+            self.dirty.insert(active.index_file(namespace));
+            self.frontier_pending.push(active.end_offset);
+        }
         let next = Segment::new(active.end_offset);
         self.segments.push_back(next);
     }
@@ -838,7 +845,8 @@ impl PartitionLog {
         // trusts it (it reads the active segment whole and rebuilds its index), so a sync per
         // group commit would flush it for nothing. It is synced once its segment is sealed, by
         // the sync that moves the frontier past the segment's end: from then on recovery trusts
-        // it, and every entry of the segment was written by this unit or one before it.
+        // it, and every entry of the segment was written by this unit or one before it. (A
+        // segment sealed after its last write completed is marked by `seal_active`.)
         if sealed_end.is_some() {
             self.dirty.insert(index_file);
         }
