@@ -275,8 +275,9 @@ fn the_active_index_is_synced_only_once_its_segment_is_sealed() {
 }
 
 /// An owner seals its log between batches (`seal`), after the segment's last write completed: no
-/// write is left to mark its index, and the seal itself must, or a checkpoint past the segment
-/// would leave recovery trusting an index that was never synced (a helper's review found this).
+/// write is left to mark its index, so the seal syncs it, and the next segment's writes wait for
+/// that; else a checkpoint past the segment would leave recovery trusting an index never synced
+/// (two reviews of this change found the hole and then the order).
 #[test]
 fn an_owner_sealing_between_batches_syncs_the_sealed_index() {
     let config = PartitionConfig { segment_size: u64::MAX, ..config() };
@@ -290,6 +291,21 @@ fn an_owner_sealing_between_batches_syncs_the_sealed_index() {
     assert!(harness.world.disk.durable_bytes(index).is_empty(), "the active index was synced with its batches");
     harness.log.seal(&mut harness.world);
     harness.append(10, 100);
+    // Recovery trusts the sealed index once the next segment exists below the frontier: the
+    // next segment is not written before the sealed index is durable.
+    let next = FileId::new(NAMESPACE, FileKind::Segment(30));
+    loop {
+        if !harness.world.disk.bytes(next).is_empty() {
+            assert_eq!(
+                harness.world.disk.durable_bytes(index),
+                harness.world.disk.bytes(index),
+                "the next segment was written before the sealed index was durable"
+            );
+        }
+        if !harness.step() {
+            break;
+        }
+    }
     sync_and_settle(&mut harness);
     assert_eq!(harness.log.segment_count(), 2);
     assert!(!harness.world.disk.bytes(index).is_empty());

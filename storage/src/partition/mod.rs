@@ -232,6 +232,9 @@ enum Op {
     Repair {
         from_offset: u64,
     },
+    /// The sync of a segment's index when it is sealed after its last write completed: later
+    /// writes wait for it, as for `Ordering`.
+    SealSync,
     /// Creating an empty file: nothing waits on it.
     Create,
     Recovery,
@@ -539,7 +542,7 @@ impl PartitionLog {
         self.unwritten_bytes += header.batch_length;
         let full = unit.messages >= self.config.flush_messages || unit.len >= self.config.flush_bytes;
         if crossed {
-            self.seal_active();
+            self.seal_active(io);
         } else if full {
             self.flush_unit();
         }
@@ -547,19 +550,23 @@ impl PartitionLog {
     }
 
     /// Seals the active segment (its unit is closed) and starts a new, empty one after it.
-    fn seal_active(&mut self) {
+    fn seal_active(&mut self, io: &mut impl Io) {
         self.flush_unit();
         let namespace = self.namespace;
         let active = self.segments.back_mut().expect("active segment");
         active.sealed = true;
-        if active.written_size == active.size {
-            // Every write of it completed already (an owner sealing between batches): no
-            // `written` will mark its index for the sync that seals it, so it is marked here.
-            self.dirty.insert(active.index_file(namespace));
-            self.frontier_pending.push(active.end_offset);
+        let (end_offset, written) = (active.end_offset, active.written_size == active.size);
+        let index_file = active.index_file(namespace);
+        if written {
+            // Every write of it completed already (an owner sealing between batches), and a
+            // sync may have made its end durable without its index. Recovery trusts a sealed
+            // segment's index once the next segment exists below the frontier: so the index is
+            // synced now, and no write of the next segment starts before that completes.
+            let token = self.token(Op::SealSync);
+            io.sync(index_file, token);
+            self.ordering_ops += 1;
         }
-        let next = Segment::new(active.end_offset);
-        self.segments.push_back(next);
+        self.segments.push_back(Segment::new(end_offset));
     }
 
     fn flush_unit(&mut self) {
@@ -776,6 +783,16 @@ impl PartitionLog {
                 other => panic!("superblock sync completed as {other:?}"),
             },
             Op::Ordering => self.ordering_ops -= 1,
+            Op::SealSync => {
+                self.ordering_ops -= 1;
+                match completion {
+                    Completion::Sync { result: Ok(()), .. } => {}
+                    // The kernel may have dropped the index's dirty pages: only a reopen, which
+                    // checks the index against the log, can say what it holds.
+                    Completion::Sync { result: Err(error), .. } => self.fail(error),
+                    other => panic!("an index sync completed as {other:?}"),
+                }
+            }
             Op::Deletion => {
                 self.deletions_in_flight -= 1;
                 if self.deletions_in_flight == 0 {
@@ -846,7 +863,7 @@ impl PartitionLog {
         // group commit would flush it for nothing. It is synced once its segment is sealed, by
         // the sync that moves the frontier past the segment's end: from then on recovery trusts
         // it, and every entry of the segment was written by this unit or one before it. (A
-        // segment sealed after its last write completed is marked by `seal_active`.)
+        // segment sealed after its last write completed is synced by `seal_active`.)
         if sealed_end.is_some() {
             self.dirty.insert(index_file);
         }
@@ -997,7 +1014,7 @@ impl PartitionLog {
         if self.status != Status::Open || self.segments.back().is_none_or(Segment::is_empty) {
             return;
         }
-        self.seal_active();
+        self.seal_active(io);
         self.pump(io);
     }
 
