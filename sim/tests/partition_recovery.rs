@@ -311,7 +311,12 @@ fn an_owner_sealing_between_batches_syncs_the_sealed_index() {
     assert!(!harness.world.disk.bytes(index).is_empty());
     assert_eq!(harness.world.disk.durable_bytes(index), harness.world.disk.bytes(index), "the sealed index is synced");
     let report = harness.crash_and_reopen();
-    assert_eq!((report.truncated_from, report.corrupt, report.end_offset), (None, false, 40), "{report:?}");
+    // The sealed segment is below the owner's frontier: its index is trusted, and whole.
+    assert_eq!(
+        (report.truncated_from, report.corrupt, report.end_offset, report.segments_trusted, report.indexes_rebuilt),
+        (None, false, 40, 1, 0),
+        "{report:?}"
+    );
     harness.check_all();
 }
 

@@ -264,8 +264,13 @@ pub struct PartitionLog {
     /// Ends of sealed segments whose last write completed but whose files are not yet synced: a
     /// sync is due for them even when nobody asked for one.
     frontier_pending: Vec<u64>,
-    /// Truncates and removes in flight; no write starts until they complete.
+    /// Truncates, removes and sealed indexes' syncs in flight; no write starts until they
+    /// complete.
     ordering_ops: usize,
+    /// The index of a segment sealed after its last write completed, to be synced before any
+    /// write of the next segment (`seal_active`); issued once no truncate or remove is in flight,
+    /// so that it covers them.
+    seal_sync: Option<FileId>,
     /// Writes that create files or rewrite indexes; no segment is deleted until they complete (a
     /// late write would bring a deleted file back).
     creates_in_flight: usize,
@@ -345,6 +350,7 @@ impl PartitionLog {
             dirty: BTreeSet::new(),
             frontier_pending: Vec::new(),
             ordering_ops: 0,
+            seal_sync: None,
             creates_in_flight: 0,
             superblock_sequence: 0,
             frontier: 0,
@@ -542,29 +548,26 @@ impl PartitionLog {
         self.unwritten_bytes += header.batch_length;
         let full = unit.messages >= self.config.flush_messages || unit.len >= self.config.flush_bytes;
         if crossed {
-            self.seal_active(io);
+            self.seal_active();
         } else if full {
             self.flush_unit();
         }
         self.pump(io);
     }
 
-    /// Seals the active segment (its unit is closed) and starts a new, empty one after it.
-    fn seal_active(&mut self, io: &mut impl Io) {
+    /// Seals the active segment (its unit is closed) and starts a new, empty one after it. If
+    /// every write of it completed already (an owner sealing between batches), a sync may have
+    /// made its end durable without its index, and no later write will mark the index: recovery
+    /// trusts a sealed segment's index once the next segment exists below the frontier, so the
+    /// index is synced (`seal_sync`) before any write of the next segment.
+    fn seal_active(&mut self) {
         self.flush_unit();
         let namespace = self.namespace;
         let active = self.segments.back_mut().expect("active segment");
         active.sealed = true;
-        let (end_offset, written) = (active.end_offset, active.written_size == active.size);
-        let index_file = active.index_file(namespace);
-        if written {
-            // Every write of it completed already (an owner sealing between batches), and a
-            // sync may have made its end durable without its index. Recovery trusts a sealed
-            // segment's index once the next segment exists below the frontier: so the index is
-            // synced now, and no write of the next segment starts before that completes.
-            let token = self.token(Op::SealSync);
-            io.sync(index_file, token);
-            self.ordering_ops += 1;
+        let end_offset = active.end_offset;
+        if active.written_size == active.size {
+            self.seal_sync = Some(active.index_file(namespace));
         }
         self.segments.push_back(Segment::new(end_offset));
     }
@@ -607,9 +610,17 @@ impl PartitionLog {
         if self.writing.is_empty() && self.queued.is_empty() {
             self.flush_unit();
         }
+        if self.ordering_ops == 0 {
+            if let Some(index_file) = self.seal_sync.take() {
+                let token = self.token(Op::SealSync);
+                io.sync(index_file, token);
+                self.ordering_ops += 1;
+            }
+        }
         let failed = self.writing.iter().any(|writing| writing.error.is_some());
         while !failed
             && self.ordering_ops == 0
+            && self.seal_sync.is_none()
             && self.cut_pending.is_none()
             && self.writing.len() < self.config.writes_max
         {
@@ -901,6 +912,9 @@ impl PartitionLog {
         let token = self.token(Op::Ordering);
         io.truncate(index_file, index_len, token);
         self.ordering_ops += 2;
+        // Cut files hold no durable promise until synced, as `start_pending_cut` says too.
+        self.dirty.insert(log_file);
+        self.dirty.insert(index_file);
         self.last_timestamp = self.segments.back().map_or(0, |segment| segment.last_timestamp).max(self.last_timestamp);
         self.sync_target = self.sync_target.min(from_offset);
         self.events.push_back(PartitionEvent::Rejected { from_offset, error });
@@ -1014,7 +1028,7 @@ impl PartitionLog {
         if self.status != Status::Open || self.segments.back().is_none_or(Segment::is_empty) {
             return;
         }
-        self.seal_active(io);
+        self.seal_active();
         self.pump(io);
     }
 
