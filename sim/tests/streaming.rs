@@ -206,16 +206,24 @@ fn full_disks_refuse_writes_and_the_cluster_goes_on() {
 }
 
 /// A node whose segment logs do not seal where their machines' segments end is caught by the
-/// end-of-run check of every node's logs against its machines.
+/// end-of-run check of every node's logs against its machines; in a few seeds its reads are
+/// refused first and the run does not converge (seed 11, once the active segment's index stopped
+/// being synced with every commit and the run's timing moved), which is a catch too.
 #[test]
 fn a_segment_log_that_ignores_seals_is_caught() {
     let caught = sweep_with(Bug::SegmentLogIgnoresSeals, 30);
     println!("segment log ignores seals: caught by {} of 30 seeds", caught.len());
-    assert!(caught.len() >= 3, "caught by {} of 30 seeds", caught.len());
+    let mut by_log_check = 0;
     for (seed, code, message) in caught {
+        if code == 128 {
+            assert!(message.contains("no convergence"), "seed {seed}: {message}");
+            continue;
+        }
         assert_eq!(code, 129, "seed {seed}: {message}");
         assert!(message.contains("its segment log does not"), "seed {seed}: {message}");
+        by_log_check += 1;
     }
+    assert!(by_log_check >= 3, "the end-of-run log check caught {by_log_check} of 30 seeds");
 }
 
 /// A partition group that acknowledges prepares and writes its checkpoints before its segment log
