@@ -567,6 +567,9 @@ impl PartitionLog {
         active.sealed = true;
         let end_offset = active.end_offset;
         if active.written_size == active.size {
+            // A pending seal sync holds back every unit write, so no later segment can have all
+            // of its (non-empty) writes completed while one is pending: none is ever replaced.
+            assert!(self.seal_sync.is_none(), "a sealed index's sync is pending at the next seal");
             self.seal_sync = Some(active.index_file(namespace));
         }
         self.segments.push_back(Segment::new(end_offset));
