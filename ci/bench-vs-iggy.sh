@@ -7,7 +7,10 @@
 # They need libhwloc15 at run time: the script installs it (apt-get) when `ldd` says it is missing.
 # This script does not build them: no recipe for building the reference lives in this repository.
 # WORKLOADS (default: all five) picks some of them by name, e.g. WORKLOADS="pinned-producer";
-# CLUSTER=0 skips the three-node run and CROSS=0 the vireo-bench rounds.
+# CLUSTER=0 skips the three-node runs and CROSS=0 the vireo-bench rounds; WORKLOADS="" runs only the
+# clusters. CLUSTER_WORKLOADS (default "pinned-producer end-to-end", 500 MB each) picks the cluster
+# workloads, CLUSTER_THROUGH=N (default 0) the node the bench talks to, and CLUSTER_METRICS=1
+# keeps each Vireo node's /metrics after a cluster round.
 # WARM_PAGES=1 turns the VM's free page reporting off for the run (and back on at exit): with it
 # on, memory the guest freed goes back to the host within seconds, and the next write into the
 # page cache faults every page in again, about ten times the cost of a warm copy (1 GB: 2 s of
@@ -17,8 +20,10 @@
 # For each workload of the performance issue: three rounds, alternating iggy-server and
 # vireo-server, each on a fresh data directory with the same shard count (SHARDS, default 2),
 # pinned one shard per core; each round measured by iggy-bench. Then one round of vireo-bench
-# against each server, to show the two benches agree. Then a three-node vireo cluster (one shard
-# per node) under the pinned producer. Prints one table: both sides' median MB/s, P50, P99 and
+# against each server, to show the two benches agree. Then the reference's three-node cluster
+# (its default config with [cluster] on and a roster of three nodes on 127.0.0.1, `--replica-id N`)
+# and a three-node vireo cluster, one shard per node on core N % cores, alternating rounds, with
+# each node's CPU and the loopback's bytes per GB sent. Prints one table: both sides' median MB/s, P50, P99 and
 # P999 (ms), peak RSS (MB, the server's VmHWM) and the server's CPU seconds (user + system, from
 # /proc, over the measured bench alone) per GB the bench moved, and the ratios (MB/s: vireo /
 # iggy; latency: iggy / vireo, so above 1 is Vireo ahead on both). Raw outputs go to
@@ -51,7 +56,7 @@ vireo_bench="$root/target/release/vireo-bench"
 
 common="-m 1000 -P 250"
 all_names=(pinned-producer pinned-consumer balanced-producer end-to-end fsync-producer)
-read -r -a names <<<"${WORKLOADS:-${all_names[*]}}"
+read -r -a names <<<"${WORKLOADS-${all_names[*]}}"
 declare -A workload=(
     [pinned-producer]="-T 1GB pinned-producer -s 2 -p 2"
     [pinned-consumer]="-T 1GB pinned-consumer -s 2 -c 2"
@@ -90,6 +95,7 @@ reporting=/sys/module/page_reporting/parameters/page_reporting_order
 reporting_was=""
 finish() {
     stop_server
+    if declare -F cluster_stop >/dev/null; then cluster_stop; fi
     if [ -n "$reporting_was" ]; then echo "$reporting_was" >"$reporting" || true; fi
 }
 trap finish EXIT
@@ -212,26 +218,160 @@ if [ "${CROSS:-1}" != 0 ]; then
     done
 fi
 
-cluster_figures="- - - -"
-if [ "${CLUSTER:-1}" != 0 ]; then
-echo "== a three-node vireo cluster on this machine (one shard per node), pinned producer"
-cluster_dir="$out/cluster"
-"$root/target/release/vireo-cluster" --nodes 3 --shards 1 --dir "$cluster_dir" --fresh >"$out/cluster.log" 2>&1 &
-cluster_pid=$!
-cluster_address=""
-for _ in $(seq 1 300); do
-    cluster_address=$(sed -n 's/^node 0: clients \([0-9.:]*\),.*/\1/p' "$out/cluster.log")
-    grep -q "nodes started" "$out/cluster.log" && [ -n "$cluster_address" ] && break
-    sleep 0.1
+# ---- Three-node clusters: the reference's and Vireo's, on this machine, one shard per node.
+# Both sides start three server processes on 127.0.0.1 with one shard each, node N on core N % cores
+# (as vireo-cluster places them), and the bench talks to one node (CLUSTER_THROUGH, default 0).
+# Measured per round: MB/s and latency, each node's CPU seconds per GB sent, and the bytes the
+# loopback carried per GB sent (client and replica links together: /sys/class/net/lo tx_bytes).
+cluster_pids=()
+cluster_dir=""
+cluster_addresses=()
+cluster_stop() {
+    local pid
+    for pid in "${cluster_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${cluster_pids[@]}"; do
+        for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    cluster_pids=()
+    [ -n "$cluster_dir" ] && rm -rf "$cluster_dir"
+    cluster_dir=""
+}
+# iggy_cluster_configs DIR PORTS...: node-N.toml for N in 0..2, from the reference's default config
+# with [cluster] on and a roster of three nodes on 127.0.0.1 (5 ports each: tcp, quic, http,
+# websocket, tcp_replica).
+iggy_cluster_configs() {
+    python3 - "$iggy_bin/config.toml" "$@" <<'PYTHON'
+import re, sys
+template, directory, ports = open(sys.argv[1]).read(), sys.argv[2], [int(p) for p in sys.argv[3:]]
+# Drop the sample roster; turn the cluster on.
+text = re.sub(r'(?m)^\[\[cluster\.nodes\]\]\n(?:(?!\[).*\n)*', '', template)
+text = re.sub(r'(?m)^(\[cluster\]\n(?:.*\n)*?)enabled = false', r'\1enabled = true', text, count=1)
+roster = ''
+for node in range(3):
+    tcp, quic, http, websocket, replica = ports[5 * node:5 * node + 5]
+    roster += (f'[[cluster.nodes]]\nname = "iggy-node-{node}"\nip = "127.0.0.1"\nreplica_id = {node}\n'
+               f'ports = {{ tcp = {tcp}, quic = {quic}, http = {http}, websocket = {websocket}, tcp_replica = {replica} }}\n\n')
+# The roster goes where the sample was: before [system.sharding].
+text = text.replace('[system.sharding]', roster + '[system.sharding]', 1)
+for node in range(3):
+    open(f'{directory}/node-{node}.toml', 'w').write(text)
+PYTHON
+}
+# cluster_start SIDE: three fresh nodes; sets cluster_pids and cluster_addresses.
+cluster_start() {
+    local side=$1 node ports=() port
+    cluster_dir=$(mktemp -d -p "$out" "cluster-$side-XXXX")
+    cluster_addresses=()
+    local cores
+    cores=$(nproc)
+    if [ "$side" = iggy ]; then
+        for _ in $(seq 1 15); do ports+=("$(free_port)"); done
+        iggy_cluster_configs "$cluster_dir" "${ports[@]}"
+        for node in 0 1 2; do
+            local core=$((node % cores))
+            mkdir -p "$cluster_dir/node-$node"
+            (cd "$cluster_dir/node-$node" && IGGY_CONFIG_PATH="$cluster_dir/node-$node.toml" \
+                IGGY_SYSTEM_PATH="$cluster_dir/node-$node/data" \
+                IGGY_SYSTEM_SHARDING_CPU_ALLOCATION="$core..$((core + 1))" \
+                IGGY_ROOT_USERNAME=iggy IGGY_ROOT_PASSWORD=iggy \
+                exec "$iggy_bin/iggy-server" --with-default-root-credentials --replica-id "$node") \
+                >"$cluster_dir/node-$node.log" 2>&1 &
+            cluster_pids+=($!)
+            cluster_addresses+=("127.0.0.1:${ports[$((5 * node))]}")
+        done
+    else
+        "$root/target/release/vireo-cluster" --nodes 3 --shards 1 --dir "$cluster_dir" --configs-only \
+            >"$cluster_dir.configs" 2>&1
+        for node in 0 1 2; do
+            VIREO_SYSTEM_PATH="$cluster_dir/node-$node" "$vireo_server" --config "$cluster_dir/node-$node.toml" \
+                --replica-id "$node" --with-default-root-credentials >"$cluster_dir/node-$node.log" 2>&1 &
+            cluster_pids+=($!)
+            cluster_addresses+=("$(sed -n "s/^node $node: clients \([0-9.:]*\),.*/\1/p" "$cluster_dir.configs")")
+        done
+    fi
+    for node in 0 1 2; do
+        port=${cluster_addresses[$node]##*:}
+        for _ in $(seq 1 300); do
+            if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+            kill -0 "${cluster_pids[$node]}" 2>/dev/null || { tail -20 "$cluster_dir/node-$node.log"; echo "$side node $node exited"; exit 1; }
+            sleep 0.1
+        done
+    done
+    # Every node linked to both peers (a frame to a peer not linked yet is dropped and repaired
+    # later, which would leave a node out of the measured run) and taking clients.
+    local ready
+    for _ in $(seq 1 300); do
+        ready=0
+        for node in 0 1 2; do
+            if [ "$side" = iggy ]; then
+                grep -aq "replica mesh complete" "$cluster_dir/node-$node.log" && ready=$((ready + 1))
+            elif grep -aq "accepting clients" "$cluster_dir/node-$node.log" \
+                && [ "$(grep -ac "replica link up" "$cluster_dir/node-$node.log")" -ge 2 ]; then
+                ready=$((ready + 1))
+            fi
+        done
+        [ "$ready" = 3 ] && break
+        sleep 0.1
+    done
+    [ "$ready" = 3 ] || echo "  note: only $ready of 3 $side nodes reported their links up"
+    # Let the groups elect their primaries before the bench creates its streams.
+    sleep 2
+}
+# cluster_measure SIDE NAME ROUND
+declare -A cluster_results
+cluster_measure() {
+    local side=$1 name=$2 round=$3 log="$out/cluster.$2.$1.$3.log" through=${CLUSTER_THROUGH:-0}
+    cluster_start "$side"
+    local cpu_before=() cpu_after=() node lo_before lo_after
+    for node in 0 1 2; do cpu_before+=("$(pid_cpu_seconds "${cluster_pids[$node]}")"); done
+    lo_before=$(cat /sys/class/net/lo/statistics/tx_bytes)
+    # shellcheck disable=SC2086
+    timeout 600 "$iggy_bin/iggy-bench" $common ${cluster_workload[$name]} tcp \
+        --server-address "${cluster_addresses[$through]}" >"$log" 2>&1 || true
+    lo_after=$(cat /sys/class/net/lo/statistics/tx_bytes)
+    for node in 0 1 2; do cpu_after+=("$(pid_cpu_seconds "${cluster_pids[$node]}")"); done
+    local gb=${cluster_gigabytes[$name]} cpu=() measured
+    for node in 0 1 2; do
+        cpu+=("$(awk -v a="${cpu_before[$node]}" -v b="${cpu_after[$node]}" -v gb="$gb" 'BEGIN { printf "%.2f", (b - a) / gb }')")
+    done
+    local lo_per_gb
+    lo_per_gb=$(awk -v a="$lo_before" -v b="$lo_after" -v gb="$gb" 'BEGIN { printf "%.2f", (b - a) / 1e9 / gb }')
+    if [ "$side" = vireo ] && [ -n "${CLUSTER_METRICS:-}" ]; then
+        for node in 0 1 2; do
+            local http
+            http=$(sed -n "s/^node $node: .*metrics http:\/\/\([0-9.:]*\)\/metrics.*/\1/p" "$cluster_dir.configs")
+            curl -sf "http://$http/metrics" >"$log.metrics.$node" || true
+        done
+    fi
+    cluster_stop
+    measured=$(iggy_bench_figures "$log") || measured="0 0 0 0"
+    cluster_results[$name.$side.$round]="$measured ${cpu[*]} $lo_per_gb"
+    echo "  cluster $name $side round $round through node $through: $measured (MB/s P50 P99 P999), CPU-s/GB per node ${cpu[*]}, loopback GB per GB $lo_per_gb"
+}
+pid_cpu_seconds() {
+    awk -v tick="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / tick }' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+cluster_names=()
+read -r -a cluster_names <<<"${CLUSTER_WORKLOADS:-pinned-producer end-to-end}"
+declare -A cluster_workload=(
+    [pinned-producer]="-T 500MB pinned-producer -s 2 -p 2"
+    [end-to-end]="-T 500MB end-to-end-producing-consumer -s 2 -p 2"
+    [balanced-producer]="-T 500MB balanced-producer -p 4 -a 8"
+)
+declare -A cluster_gigabytes=([pinned-producer]=0.5 [end-to-end]=0.5 [balanced-producer]=0.5)
+for name in "${cluster_names[@]}"; do
+    [ -n "${cluster_workload[$name]:-}" ] || { echo "unknown cluster workload $name (one of: ${!cluster_workload[*]})"; exit 2; }
 done
-sleep 2
-# shellcheck disable=SC2086
-timeout 600 "$iggy_bin/iggy-bench" $common ${workload[pinned-producer]} tcp --server-address "$cluster_address" \
-    >"$out/cluster.iggy-bench.log" 2>&1 || true
-cluster_figures=$(iggy_bench_figures "$out/cluster.iggy-bench.log" || echo "- - - -")
-kill -TERM "$cluster_pid" 2>/dev/null || true
-wait "$cluster_pid" 2>/dev/null || true
-echo "  cluster of 3: $cluster_figures (MB/s P50 P99 P999)"
+if [ "${CLUSTER:-1}" != 0 ]; then
+    echo "== three-node clusters (one shard per node), $rounds rounds alternating, through node ${CLUSTER_THROUGH:-0}"
+    for name in "${cluster_names[@]}"; do
+        for round in $(seq 1 "$rounds"); do
+            if [ $((round % 2)) -eq 1 ]; then order="iggy vireo"; else order="vireo iggy"; fi
+            for side in $order; do cluster_measure "$side" "$name" "$round"; done
+        done
+    done
 fi
 
 echo
@@ -269,7 +409,33 @@ for name in "${names[@]}"; do
     awk -v r="$mbps_ratio" 'BEGIN { exit !(r >= 1.0) }' && wins_10=$((wins_10 + 1))
     awk -v i="${med[iggy.3]}" -v v="${med[vireo.3]}" 'BEGIN { exit !(v <= i) }' && p99_ok=$((p99_ok + 1))
 done
-echo "three-node vireo cluster, pinned producer: $cluster_figures (MB/s P50 P99 P999; single node above)"
 echo "CPU-s/GB: the server's user + system CPU seconds over the measured bench, per GB it moved."
 echo "vb/ib: vireo-bench's MB/s over iggy-bench's median against the same server (agreement)."
 echo "Vireo at least 1.2x on $wins_12 of ${#names[@]} workloads, at least 1.0x on $wins_10, P99 no worse on $p99_ok."
+
+if [ "${CLUSTER:-1}" != 0 ]; then
+    echo
+    echo "Three-node clusters, medians of $rounds rounds (iggy-bench $common, one shard per node, through node ${CLUSTER_THROUGH:-0}):"
+    printf '%-16s | %9s %9s %6s | %8s %8s %6s | %17s %17s | %9s %9s\n' workload "iggy MB/s" vireo ratio \
+        "iggy P99" vireo ratio "CPU-s/GB iggy n0-2" "vireo n0-2" "lo GB/GB i" v
+    for name in "${cluster_names[@]}"; do
+        unset cmed
+        declare -A cmed
+        for side in iggy vireo; do
+            for field in 1 2 3 4 5 6 7 8; do
+                values=()
+                for round in $(seq 1 "$rounds"); do
+                    values+=("$(echo "${cluster_results[$name.$side.$round]}" | cut -d' ' -f$field)")
+                done
+                cmed[$side.$field]=$(median "${values[@]}")
+            done
+        done
+        printf '%-16s | %9s %9s %6s | %8s %8s %6s | %17s %17s | %9s %9s\n' "$name" \
+            "${cmed[iggy.1]}" "${cmed[vireo.1]}" "$(ratio "${cmed[vireo.1]}" "${cmed[iggy.1]}")" \
+            "${cmed[iggy.3]}" "${cmed[vireo.3]}" "$(ratio "${cmed[iggy.3]}" "${cmed[vireo.3]}")" \
+            "${cmed[iggy.5]}/${cmed[iggy.6]}/${cmed[iggy.7]}" "${cmed[vireo.5]}/${cmed[vireo.6]}/${cmed[vireo.7]}" \
+            "${cmed[iggy.8]}" "${cmed[vireo.8]}"
+    done
+    echo "CPU-s/GB per node: each node's user + system CPU seconds over the bench, per GB sent;"
+    echo "lo GB/GB: bytes the loopback carried (clients and replica links) per byte the bench sent."
+fi

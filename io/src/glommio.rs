@@ -980,6 +980,13 @@ impl Io for GlommioIo {
         }
     }
 
+    fn send_frame(&mut self, to: Peer, frame: OutFrame) {
+        match to {
+            Peer::Replica(_) => self.outbox.push((to, frame.into_whole())),
+            Peer::Client(client) => self.shared.send_to_client(client, frame),
+        }
+    }
+
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
         let shared = self.shared.clone();
         self.spawn(async move {

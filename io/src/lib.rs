@@ -243,6 +243,14 @@ pub trait Io {
     /// may drop, delay, duplicate or reorder it.
     fn send(&mut self, to: Peer, message: Vec<u8>);
 
+    /// `send` for a message in parts whose bytes other owners share (a prepare's body, which the
+    /// journal holds; a forwarded request, which its forwarder keeps): a driver that can write
+    /// the parts as they are overrides it, so the bytes reach the socket without being copied
+    /// into one buffer first. By default the parts are joined.
+    fn send_frame(&mut self, to: Peer, frame: OutFrame) {
+        self.send(to, frame.into_whole())
+    }
+
     /// Reads `len` bytes at `offset`; bytes past the end of the file (or of a file never written)
     /// read as zero.
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token);

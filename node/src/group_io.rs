@@ -54,6 +54,9 @@ impl<I: Io> Io for GroupIo<'_, I> {
     fn send(&mut self, to: Peer, message: Vec<u8>) {
         self.io.send(to, message)
     }
+    fn send_frame(&mut self, to: Peer, frame: vireo_io::OutFrame) {
+        self.io.send_frame(to, frame)
+    }
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
         let token = self.mark(token);
         self.io.read(file, offset, len, token)

@@ -382,6 +382,13 @@ impl<I: NodeIo> Io for ReplyTap<'_, I> {
             Peer::Replica(_) => self.io.send(to, message),
         }
     }
+
+    fn send_frame(&mut self, to: Peer, frame: OutFrame) {
+        match to {
+            Peer::Client(_) => self.replies.push(frame.into_whole()),
+            Peer::Replica(_) => self.io.send_frame(to, frame),
+        }
+    }
 }
 
 /// A session the node ends on behalf of a client that is gone.

@@ -83,10 +83,14 @@ pub enum Bug {
     /// prepare, under the same sync: a power loss may leave the header durable and the prepare
     /// not, which recovery takes for a durable prepare damaged since.
     WalHeaderWithItsPrepare,
+    /// A backup keeps the frames it forwarded after their prepares arrived whole, and rebuilds an
+    /// elided prepare from the oldest frame its client forwarded, whichever request that was,
+    /// without checking it against the prepare's checksum.
+    ElidedFromStaleKeptCopy,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 24] = [
+    pub const ALL: [Bug; 25] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -111,6 +115,7 @@ impl Bug {
         Bug::MetadataAckBeforeSync,
         Bug::ReadUncheckedTail,
         Bug::WalHeaderWithItsPrepare,
+        Bug::ElidedFromStaleKeptCopy,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.
@@ -183,6 +188,10 @@ pub struct Config {
     /// the group went on, and view 0 may hold prepares it no longer knows it made. Off for
     /// groups that are new everywhere (a partition created by committed metadata).
     pub format_waits_for_view: bool,
+    /// A request a backup forwards is kept, and its prepare comes back to that backup without
+    /// its body, when its frame is at least this long (`replica::forwarded`): below it, the
+    /// bytes saved on the link are about the elided form's own.
+    pub elide_bytes_min: usize,
     pub bug: Option<Bug>,
 }
 
@@ -214,6 +223,7 @@ impl Config {
             sync_writes: true,
             rejoin_guard: false,
             format_waits_for_view: false,
+            elide_bytes_min: crate::replica::FORWARDED_KEEP_BYTES_MIN,
             bug: None,
         }
     }

@@ -105,6 +105,9 @@ pub enum Command {
     RequestBatches = 26,
     /// The answer: whole stamped batches from `op` on in the body (empty: the peer holds none).
     Batches = 27,
+    /// A prepare for the backup that forwarded its requests, without their bodies, which that
+    /// backup kept (`replica::forwarded`).
+    PrepareElided = 28,
 }
 
 impl Command {
@@ -135,6 +138,7 @@ impl Command {
             25 => Headers,
             26 => RequestBatches,
             27 => Batches,
+            28 => PrepareElided,
             _ => return None,
         })
     }
@@ -166,6 +170,7 @@ impl Command {
             Headers => "headers",
             RequestBatches => "request_batches",
             Batches => "batches",
+            PrepareElided => "prepare_elided",
         }
     }
 }

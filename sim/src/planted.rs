@@ -105,6 +105,12 @@ pub fn window(bug: Bug) -> Window {
         Bug::DeletionNotDurable | Bug::PipelinedRequestsOvertake => at_zero(streaming()),
         // Every synced WAL trips the disk's header-order check the first time it commits.
         Bug::WalHeaderWithItsPrepare => at_zero(register()),
+        // A stale kept frame needs a request that was forwarded and never prepared for its
+        // backup (lost on the way, or prepared while that backup was away) and a later one of the
+        // same client: faults make those.
+        Bug::ElidedFromStaleKeptCopy => {
+            at_zero(Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() })
+        }
     }
 }
 

@@ -200,7 +200,8 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              disk_bytes_written={} wal_bytes_written={} writes_refused_full={} segment_logs_cut={} \
              polls_from_log={} polls_cut={} poll_replies_dropped={} fetches_sent={} batches_fetched={} \
              segment_logs_dropped={} segment_log_failures={} batches_speculated={} tail_cuts={} runs_repaired={} \
-             prepares_filled={} prepares_unfilled={} reads_answered={} names_checked={} power_cuts_before_sync={} primaries_isolated={}",
+             prepares_filled={} prepares_unfilled={} reads_answered={} names_checked={} power_cuts_before_sync={} primaries_isolated={} \
+             prepares_elided={} prepares_rebuilt={} elided_missed={}",
             counters.messages_acked,
             counters.bytes_acked,
             counters.messages_polled,
@@ -247,6 +248,9 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             cluster.access.summary.names_checked,
             counters.power_cuts_before_sync,
             counters.primaries_isolated,
+            counters.prepares_elided,
+            counters.prepares_rebuilt,
+            counters.elided_missed,
         ));
     }
     report

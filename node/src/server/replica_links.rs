@@ -50,6 +50,7 @@ use glommio::channels::local_channel::{self, LocalSender};
 use glommio::net::TcpStream;
 use glommio::sync::Semaphore;
 
+use vireo_io::OutFrame;
 use vireo_protocol::header::FRAME_SIZE_MAX;
 
 /// What the shared secret is derived into the link key with (blake3's key derivation context).
@@ -80,6 +81,8 @@ const BACKOFF_LAST: Duration = Duration::from_millis(500);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bytes one write to a link gathers from its queue at most.
 const WRITE_GATHER_BYTES_MAX: usize = 1 << 20;
+/// A frame's part this long or longer is written from its own buffer, not gathered (copied).
+const WRITE_DIRECT_BYTES_MIN: usize = 16 << 10;
 
 /// The listener's answer to a hello.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,7 +309,7 @@ pub struct LinkCounters {
 
 /// One outbound link, as the shard's sends see it.
 struct Outbound {
-    queue: LocalSender<Vec<u8>>,
+    queue: LocalSender<OutFrame>,
     queued_bytes: Rc<Cell<usize>>,
     up: Rc<Cell<bool>>,
 }
@@ -360,7 +363,7 @@ impl ReplicaLinks {
         let mut links = ReplicaLinks::empty(peers.len());
         for (replica, address) in peers.iter().enumerate() {
             let Some(address) = *address else { continue };
-            let (sender, receiver) = local_channel::new_bounded::<Vec<u8>>(LINK_QUEUE_FRAMES_MAX);
+            let (sender, receiver) = local_channel::new_bounded::<OutFrame>(LINK_QUEUE_FRAMES_MAX);
             let queued_bytes = Rc::new(Cell::new(0));
             let up = Rc::new(Cell::new(false));
             let dial = Dial {
@@ -381,7 +384,7 @@ impl ReplicaLinks {
     }
 
     /// Queues a frame to `replica`, or drops it (counted) when the link is down or full.
-    pub fn send(&self, replica: u8, frame: Vec<u8>) {
+    pub fn send(&self, replica: u8, frame: OutFrame) {
         let Some(Some(link)) = self.outbound.get(replica as usize) else {
             count(&self.counters, |counters| counters.dropped_down += 1);
             return;
@@ -501,7 +504,7 @@ struct Dial {
 }
 
 impl Dial {
-    async fn run(self, receiver: local_channel::LocalReceiver<Vec<u8>>) {
+    async fn run(self, receiver: local_channel::LocalReceiver<OutFrame>) {
         let mut backoff = BACKOFF_FIRST;
         let mut attempt: u64 = 0;
         let mut last_failure = String::new();
@@ -592,26 +595,47 @@ impl Dial {
         }
     }
 
-    async fn write_frames(&self, mut stream: TcpStream, receiver: &local_channel::LocalReceiver<Vec<u8>>) -> String {
+    async fn write_frames(&self, mut stream: TcpStream, receiver: &local_channel::LocalReceiver<OutFrame>) -> String {
+        // Small frames and parts are gathered into one write; a large part (a prepare's body,
+        // which the journal also holds) is written from where it lies, not copied first.
         let mut gathered = Vec::new();
         loop {
             let Some(frame) = receiver.recv().await else { return "the shard stopped".to_string() };
             gathered.clear();
-            let mut frames = 1;
-            gathered.extend_from_slice(&frame);
-            while gathered.len() < WRITE_GATHER_BYTES_MAX {
-                match futures_lite::future::poll_once(receiver.recv()).await {
-                    Some(Some(frame)) => {
-                        frames += 1;
-                        gathered.extend_from_slice(&frame);
+            let mut frames = 0;
+            let mut len = 0;
+            let mut frame = Some(frame);
+            while let Some(current) = frame.take() {
+                frames += 1;
+                len += current.len();
+                for part in current.parts() {
+                    if part.len() < WRITE_DIRECT_BYTES_MIN {
+                        gathered.extend_from_slice(part);
+                        continue;
                     }
-                    _ => break,
+                    if !gathered.is_empty() {
+                        if let Err(error) = stream.write_all(&gathered).await {
+                            self.queued_bytes.set(self.queued_bytes.get().saturating_sub(len));
+                            return error.to_string();
+                        }
+                        gathered.clear();
+                    }
+                    if let Err(error) = stream.write_all(part).await {
+                        self.queued_bytes.set(self.queued_bytes.get().saturating_sub(len));
+                        return error.to_string();
+                    }
+                }
+                if gathered.len() < WRITE_GATHER_BYTES_MAX {
+                    if let Some(Some(queued)) = futures_lite::future::poll_once(receiver.recv()).await {
+                        frame = Some(queued);
+                    }
                 }
             }
-            let len = gathered.len();
-            if let Err(error) = stream.write_all(&gathered).await {
-                self.queued_bytes.set(self.queued_bytes.get().saturating_sub(len));
-                return error.to_string();
+            if !gathered.is_empty() {
+                if let Err(error) = stream.write_all(&gathered).await {
+                    self.queued_bytes.set(self.queued_bytes.get().saturating_sub(len));
+                    return error.to_string();
+                }
             }
             self.queued_bytes.set(self.queued_bytes.get().saturating_sub(len));
             count(&self.counters, |counters| {

@@ -154,8 +154,16 @@ impl Io for ServerIo<'_> {
             // A single node has no peers: a replica of a one-replica group sends to none, and
             // whatever it did is dropped and counted.
             Peer::Replica(_) if self.replicas.peers() == 0 => self.figures.replica_frames_dropped += 1,
-            Peer::Replica(replica) => self.replicas.send(replica, message),
+            Peer::Replica(replica) => self.replicas.send(replica, message.into()),
             Peer::Client(_) => self.io.send(to, message),
+        }
+    }
+
+    fn send_frame(&mut self, to: Peer, frame: OutFrame) {
+        match to {
+            Peer::Replica(_) if self.replicas.peers() == 0 => self.figures.replica_frames_dropped += 1,
+            Peer::Replica(replica) => self.replicas.send(replica, frame),
+            Peer::Client(_) => self.io.send_frame(to, frame),
         }
     }
 }

@@ -22,6 +22,7 @@
 //! superblock and checkpoint pipelines) and `recovery` (open and restart).
 
 mod durability;
+mod forwarded;
 mod normal;
 mod read_index;
 mod recovery;
@@ -31,7 +32,7 @@ mod view_change;
 
 use std::collections::VecDeque;
 
-use vireo_io::{Completion, Io, IoError, Peer};
+use vireo_io::{Bytes, Completion, Io, IoError, OutFrame, Peer};
 use vireo_storage::layout::WalLayout;
 use vireo_storage::superblock::VsrState;
 
@@ -43,6 +44,7 @@ use crate::state_machine::StateMachine;
 
 pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
+pub use forwarded::{FORWARDED_KEEP_BYTES_MIN, FORWARDED_KEPT_BYTES_MAX, FORWARDED_KEPT_MAX};
 use read_index::ReadRounds;
 pub use read_index::READ_ROUND_RESEND_TICKS;
 use recovery::Opening;
@@ -224,6 +226,8 @@ pub struct Replica<S: StateMachine> {
     durable_chain_op: u64,
     /// Prepares after our head were asked for this tick already.
     repair_after_head_requested: bool,
+    /// Requests this backup forwarded, kept for the elided prepares of them (`forwarded`).
+    forwarded: forwarded::Forwarded,
 
     /// Read rounds: the read index of reads served from this replica (`read_index`).
     read_rounds: ReadRounds,
@@ -295,6 +299,7 @@ impl<S: StateMachine> Replica<S> {
             ack_silent_ticks: vec![u64::MAX / 2; count],
             durable_chain_op: 0,
             repair_after_head_requested: false,
+            forwarded: forwarded::Forwarded::default(),
             read_rounds: ReadRounds::default(),
             opening: None,
             events: VecDeque::new(),
@@ -470,6 +475,15 @@ impl<S: StateMachine> Replica<S> {
         }
     }
 
+    /// Sends a prepare to every other replica but `except`: its encoded header and the body the
+    /// journal holds, shared, not copied.
+    fn send_prepare_to_others(&self, io: &mut impl Io, header: &Header, body: &Bytes, except: Option<u8>) {
+        let head = header.encode().to_vec();
+        for to in (0..self.replica_count()).filter(|to| *to != self.replica && Some(*to) != except) {
+            io.send_frame(Peer::Replica(to), OutFrame::new(head.clone(), vec![body.clone()]));
+        }
+    }
+
     // Inputs.
 
     /// A message arrived from a peer or a client. Anything malformed is dropped.
@@ -487,9 +501,28 @@ impl<S: StateMachine> Replica<S> {
     pub fn on_frame(&mut self, io: &mut impl Io, frame: Vec<u8>) {
         match command_of(&frame) {
             Some(Command::Request) => self.on_request_frame(io, frame),
+            Some(Command::Prepare) => self.on_prepare_frame(io, frame),
             Some(command) => self.on_peer_message(io, command, &frame),
             None => {}
         }
+    }
+
+    /// A prepare whose frame the caller gives up: its body is kept where it arrived (the journal,
+    /// the WAL write and the segment log hold slices of that one buffer).
+    fn on_prepare_frame(&mut self, io: &mut impl Io, frame: Vec<u8>) {
+        if self.status == Status::Opening || self.failed {
+            return;
+        }
+        let Ok((header, _)) = Message::decode_borrowed(&frame, true) else {
+            return;
+        };
+        if !self.peer_admitted(Command::Prepare, &header) {
+            return;
+        }
+        let body = Bytes::from(frame).slice(vireo_storage::layout::HEADER_SIZE..);
+        self.on_prepare(io, header, body);
+        self.rejoin_progress(io);
+        self.assert_invariants();
     }
 
     fn on_request_frame(&mut self, io: &mut impl Io, frame: Vec<u8>) {
@@ -515,47 +548,13 @@ impl<S: StateMachine> Replica<S> {
         let Ok(message) = Message::decode(bytes, true) else {
             return;
         };
-        // A prepare names the primary that created it, not the replica that sent it (repair
-        // relays prepares, ours included); every other replica message names its sender.
-        // A frame of another group reached us (a routing bug or a stale partition): not ours.
-        if message.header.group != 0 && message.header.group != crate::header::group_of(self.config.namespace) {
+        if !self.peer_admitted(command, &message.header) {
             return;
-        }
-        if message.header.cluster != self.config.cluster
-            || message.header.replica >= self.replica_count()
-            || (message.header.replica == self.replica && command != Command::Prepare)
-        {
-            return;
-        }
-        if self.rejoining.is_some() {
-            // A prepare names the primary that made it, not the replica that sent it: repair
-            // relays prepares of older views, so one made by view 0's primary can reach us from
-            // anybody, long after that primary moved on to newer views. It says nothing of which
-            // view its maker is in now, so it must not count as hearing from it (its view, a view
-            // that did start, still bounds `rejoin_view_max` from below). Seed 1917: a replica
-            // that had lost its promise of view 2 was relayed view 0 prepares by view 1's stale
-            // primary, counted view 0's primary (which held view 2) as heard, rejoined view 1
-            // and let that dead view commit ops which view 3's log then did not hold.
-            if command != Command::Prepare {
-                self.rejoin_heard |= 1 << message.header.replica;
-            }
-            let promised = if command == Command::StartViewChange { message.header.context as u32 } else { 0 };
-            self.rejoin_view_max = self.rejoin_view_max.max(message.header.view).max(promised);
-        }
-        // The commit a primary announces (a heartbeat, or the start of its view), for a replica
-        // that is rejoining: what it must hold before it votes again. Only from the primary of
-        // the newest view enough peers name: any view-change quorum then holds one of them.
-        if self.rejoining == Some(Rejoining::Listening)
-            && matches!(command, Command::Commit | Command::StartView)
-            && message.header.replica == self.primary_of(message.header.view)
-            && message.header.view >= self.view.max(self.rejoin_view_max)
-            && self.rejoin_heard_enough()
-        {
-            self.rejoining = Some(Rejoining::CatchingUp { commit: message.header.commit });
         }
         match command {
             Command::Request => unreachable!("requests go through on_request_frame"),
-            Command::Prepare => self.on_prepare(io, message),
+            Command::Prepare => self.on_prepare(io, message.header, message.body.into()),
+            Command::PrepareElided => self.on_prepare_elided(io, message),
             Command::PrepareOk => self.on_prepare_ok(io, message),
             Command::Commit => self.on_commit(io, message),
             Command::StartViewChange => self.on_start_view_change(io, message),
@@ -574,6 +573,50 @@ impl<S: StateMachine> Replica<S> {
         }
         self.rejoin_progress(io);
         self.assert_invariants();
+    }
+
+    /// The checks every replica message passes before its handler sees it, and what a rejoining
+    /// replica learns from it: whether the handler may take it.
+    fn peer_admitted(&mut self, command: Command, header: &Header) -> bool {
+        // A prepare names the primary that created it, not the replica that sent it (repair
+        // relays prepares, ours included); every other replica message names its sender.
+        // A frame of another group reached us (a routing bug or a stale partition): not ours.
+        if header.group != 0 && header.group != crate::header::group_of(self.config.namespace) {
+            return false;
+        }
+        if header.cluster != self.config.cluster
+            || header.replica >= self.replica_count()
+            || (header.replica == self.replica && command != Command::Prepare)
+        {
+            return false;
+        }
+        if self.rejoining.is_some() {
+            // A prepare names the primary that made it, not the replica that sent it: repair
+            // relays prepares of older views, so one made by view 0's primary can reach us from
+            // anybody, long after that primary moved on to newer views. It says nothing of which
+            // view its maker is in now, so it must not count as hearing from it (its view, a view
+            // that did start, still bounds `rejoin_view_max` from below). Seed 1917: a replica
+            // that had lost its promise of view 2 was relayed view 0 prepares by view 1's stale
+            // primary, counted view 0's primary (which held view 2) as heard, rejoined view 1
+            // and let that dead view commit ops which view 3's log then did not hold.
+            if !matches!(command, Command::Prepare | Command::PrepareElided) {
+                self.rejoin_heard |= 1 << header.replica;
+            }
+            let promised = if command == Command::StartViewChange { header.context as u32 } else { 0 };
+            self.rejoin_view_max = self.rejoin_view_max.max(header.view).max(promised);
+        }
+        // The commit a primary announces (a heartbeat, or the start of its view), for a replica
+        // that is rejoining: what it must hold before it votes again. Only from the primary of
+        // the newest view enough peers name: any view-change quorum then holds one of them.
+        if self.rejoining == Some(Rejoining::Listening)
+            && matches!(command, Command::Commit | Command::StartView)
+            && header.replica == self.primary_of(header.view)
+            && header.view >= self.view.max(self.rejoin_view_max)
+            && self.rejoin_heard_enough()
+        {
+            self.rejoining = Some(Rejoining::CatchingUp { commit: header.commit });
+        }
+        true
     }
 
     /// Whether a rejoining replica heard from enough peers (`replica_count - quorum_view_change

@@ -1,12 +1,12 @@
 //! Normal operation: requests in, prepares out, prepare_oks back, commits, replies.
 
-use vireo_io::{Io, Peer};
+use vireo_io::{Bytes, Io, Peer};
 use vireo_storage::layout::HEADER_SIZE;
 
 use super::{PipelineEntry, Replica, ReplicaEvent, Status};
 use crate::client_table::{ClientEntry, RequestOutcome};
 use crate::config::Bug;
-use crate::header::{encode_frame, Command, Header, Message};
+use crate::header::{Command, Header, Message};
 use crate::journal::Entry;
 use crate::request::{batched_requests, valid_batch, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use crate::state_machine::StateMachine;
@@ -38,12 +38,8 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if !self.is_primary() {
-            // The client guessed wrong: pass the request on to the primary of our view, as the
-            // client sent it (its group field, if it names one, routes it on the primary's node).
-            let (mut header, mut frame) = (header, frame);
-            header.seal_for_network(&frame[HEADER_SIZE..]);
-            frame[..HEADER_SIZE].copy_from_slice(&header.encode());
-            io.send(Peer::Replica(self.primary_of(self.view)), frame);
+            // The client guessed wrong: pass the request on to the primary of our view.
+            self.forward_request(io, header, frame);
             return;
         }
         if self.request_in_flight(header.client, header.request, register) {
@@ -119,7 +115,8 @@ impl<S: StateMachine> Replica<S> {
             && self.op < self.wal_op_limit()
         {
             let timestamp = io.now().max(self.timestamp_last + 1);
-            let mut cursor = self.prepare_cursor_at_head();
+            let cursor_before = self.prepare_cursor_at_head();
+            let mut cursor = cursor_before;
             let mut body = Vec::new();
             let mut count = 0u32;
             let mut first: Option<Header> = None;
@@ -166,17 +163,20 @@ impl<S: StateMachine> Replica<S> {
             // Which start_view of this view the prepare extends (see `start_view_sequence`).
             header.context = self.start_view_sequence as u128;
             header.seal(&body);
-            // The frame for the backups first: the journal then takes the body itself.
-            let frame = (self.replica_count() > 1).then(|| encode_frame(&header, &body));
+            // The backup that forwarded the requests gets the prepare without their bodies.
+            let elided = self.forwarded_by(&body).map(|by| (by, self.elided_prepare(&header, &body, cursor_before)));
+            let body = Bytes::from(body);
             self.timestamp_last = header.timestamp;
-            self.journal.insert(Entry::prepare(header, body));
+            self.journal.insert(Entry::prepare(header, body.clone()));
             self.op = header.op;
             self.op_checksum = header.checksum;
             self.pipeline.push_back(PipelineEntry { op: header.op, checksum: self.op_checksum, acks: 0, nacks: 0 });
             self.wal_enqueue(io, header.op);
-            if let Some(frame) = frame {
-                self.send_frame_to_others(io, frame);
+            if let Some((by, elided)) = &elided {
+                self.forwarded.elided_sent += 1;
+                self.send(io, *by, elided);
             }
+            self.send_prepare_to_others(io, &header, &body, elided.map(|(by, _)| by));
         }
     }
 
@@ -189,15 +189,16 @@ impl<S: StateMachine> Replica<S> {
         self.journal.get(self.op).expect("a replica holds the header of its head op").header.cursor
     }
 
-    pub(super) fn on_prepare(&mut self, io: &mut impl Io, message: Message) {
-        let header = message.header;
+    pub(super) fn on_prepare(&mut self, io: &mut impl Io, header: Header, body: Bytes) {
         if header.command != Command::Prepare
             || header.op == 0
             || header.size as u64 > self.config.prepare_size_max
-            || !valid_batch(&message.body, header.count)
+            || !valid_batch(&body, header.count)
         {
             return;
         }
+        // Whatever this replica kept of the requests it holds now need not be kept.
+        self.forget_forwarded(&body);
         if header.view > self.view && self.status != Status::Opening {
             self.jump_to_newer_view(io, header.view);
         }
@@ -223,7 +224,7 @@ impl<S: StateMachine> Replica<S> {
         if header.op <= self.op {
             // A retransmission (of this view's prepare, or of an older view's that this view's
             // log kept) or a repair: fill what we lack, acknowledge again what we hold durably.
-            if header.op > self.commit_min && self.repair_accept(io, &message) {
+            if header.op > self.commit_min && self.repair_accept(io, &header, &body) {
                 self.commit_journal(io);
                 return;
             }
@@ -264,7 +265,7 @@ impl<S: StateMachine> Replica<S> {
             // or no free WAL slot until our next checkpoint: the primary will retransmit.
             return;
         }
-        self.journal.insert(Entry::prepare(header, message.body));
+        self.journal.insert(Entry::prepare(header, body));
         self.op = header.op;
         self.op_checksum = header.checksum;
         self.timestamp_last = self.timestamp_last.max(header.timestamp);

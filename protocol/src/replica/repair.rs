@@ -21,7 +21,7 @@
 //! (nack_prepare). Enough nacks prove the op never committed, and the primary cuts its log short
 //! there and starts the view's log again with a higher start_view sequence (see `view_change`).
 
-use vireo_io::Io;
+use vireo_io::{Bytes, Io};
 use vireo_storage::checksum::checksum64;
 
 use super::durability::LogMark;
@@ -29,7 +29,7 @@ use super::{Replica, ReplicaEvent, Status};
 use vireo_storage::superblock::VIEW_HEADERS_MAX;
 
 use super::view_change::{decode_headers, encode_headers};
-use crate::header::{Command, Message};
+use crate::header::{Command, Header, Message};
 use crate::journal::Entry;
 use crate::state_machine::StateMachine;
 
@@ -129,12 +129,9 @@ impl<S: StateMachine> Replica<S> {
     }
 
     /// Takes a prepare our log is missing (the header, or only the body). True if it was used.
-    pub(super) fn repair_accept(&mut self, io: &mut impl Io, message: &Message) -> bool {
-        let header = message.header;
-        if self.status == Status::Opening
-            || !header.valid_checksum_body(&message.body)
-            || !self.journal_holds(header.op)
-        {
+    pub(super) fn repair_accept(&mut self, io: &mut impl Io, header: &Header, body: &Bytes) -> bool {
+        let header = *header;
+        if self.status == Status::Opening || !header.valid_checksum_body(body) || !self.journal_holds(header.op) {
             return false;
         }
         if let Some(entry) = self.journal.get_mut(header.op) {
@@ -142,7 +139,7 @@ impl<S: StateMachine> Replica<S> {
                 if entry.body.is_some() {
                     return false;
                 }
-                entry.body = Some(message.body.clone().into());
+                entry.body = Some(body.clone());
                 self.wal_enqueue(io, header.op);
                 return true;
             }
@@ -150,7 +147,7 @@ impl<S: StateMachine> Replica<S> {
         if self.expected_checksum(header.op) != Some(header.checksum) {
             return false;
         }
-        self.journal.insert(Entry::prepare(header, message.body.clone()));
+        self.journal.insert(Entry::prepare(header, body.clone()));
         self.wal_enqueue(io, header.op);
         true
     }
