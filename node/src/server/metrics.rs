@@ -57,6 +57,12 @@ pub struct ShardFigures {
     pub metadata_view: u64,
     pub metadata_commit: u64,
     pub replica_frames_dropped: u64,
+    /// The hosted partition groups' prepares sent without their batches to the backup that
+    /// forwarded the requests, prepares rebuilt here from forwarded frames, and elided prepares
+    /// that missed them (asked for whole).
+    pub prepares_elided: u64,
+    pub prepares_rebuilt: u64,
+    pub elided_missed: u64,
     /// The shard's replica links (a cluster node).
     pub links: crate::server::replica_links::LinkCounters,
     /// Shard 0: the node's peers linked now, and the replica link handshakes refused for a
@@ -245,7 +251,7 @@ pub fn render(shards: &[ShardFigures]) -> String {
         let kind = if name.ends_with("bytes") { "counter" } else { "gauge" };
         counter(&mut out, name, help, kind, &per_shard(value));
     }
-    let counters: [(&str, &str, Figure); 12] = [
+    let counters: [(&str, &str, Figure); 15] = [
         ("vireo_connections_accepted_total", "Client connections accepted.", &|f| f.net.accepted),
         (
             "vireo_batches_lost_total",
@@ -262,6 +268,17 @@ pub fn render(shards: &[ShardFigures]) -> String {
         ("vireo_outbound_bytes_total", "Bytes written to clients.", &|f| f.net.bytes_out),
         ("vireo_replica_frames_out_total", "Frames written to peers.", &|f| f.links.frames_out),
         ("vireo_replica_frames_in_total", "Frames read from peers.", &|f| f.links.frames_in),
+        (
+            "vireo_prepares_elided_total",
+            "Prepares sent without their batches to the backup that forwarded the requests.",
+            &|f| f.prepares_elided,
+        ),
+        ("vireo_prepares_rebuilt_total", "Elided prepares rebuilt from the frames forwarded.", &|f| f.prepares_rebuilt),
+        (
+            "vireo_prepares_elided_missed_total",
+            "Elided prepares whose forwarded frames were gone or differed (asked for whole).",
+            &|f| f.elided_missed,
+        ),
     ];
     for (name, help, value) in counters {
         counter(&mut out, name, help, "counter", &per_shard(value));

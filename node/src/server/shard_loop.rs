@@ -862,6 +862,12 @@ impl ShardState {
         figures.connections = self.node.connections() as u64;
         let groups = self.node.shard();
         figures.groups = groups.partitions().count() as u64 + groups.metadata().is_some() as u64;
+        let (mut elided, mut rebuilt, mut missed) = (0, 0, 0);
+        for (_, replica) in groups.partitions() {
+            let (group_elided, group_rebuilt, group_missed) = replica.forwarded_figures();
+            (elided, rebuilt, missed) = (elided + group_elided, rebuilt + group_rebuilt, missed + group_missed);
+        }
+        (figures.prepares_elided, figures.prepares_rebuilt, figures.elided_missed) = (elided, rebuilt, missed);
         figures.segments =
             groups.segment_logs().filter_map(|(_, log)| log.log()).map(|log| log.segment_count() as u64).sum();
         let batches_lost = groups.segment_logs().map(|(_, log)| log.counters.batches_lost).sum();
