@@ -6,6 +6,11 @@
 //! bytes of capacity are kept; a buffer given back past either is dropped. Frames smaller than
 //! `RECEIVE_BUFFER_POOLED_MIN` are neither pooled nor taken from the pool: their zero-fill costs
 //! little, and they would crowd out the batches.
+//!
+//! Frames from peers (replica links) have a pool of their own, one per thread (`take_for_peer`):
+//! a prepare's frame becomes the journal's shared body (`shared`), a `Bytes` whose last owner
+//! gives the buffer back to the pool of the thread that drops it. Only the buffer's reuse is
+//! pooled, never its bytes' meaning: a taken buffer is written whole before anything reads it.
 
 /// Buffers kept at most.
 pub const RECEIVE_BUFFERS_POOLED_MAX: usize = 32;
@@ -61,6 +66,43 @@ impl ReceiveBuffers {
     }
 }
 
+thread_local! {
+    /// The pool of the frames this thread reads from peers.
+    static PEER_RECEIVE_BUFFERS: std::cell::RefCell<ReceiveBuffers> =
+        std::cell::RefCell::new(ReceiveBuffers::default());
+}
+
+/// A buffer of exactly `size` bytes for a peer's frame to be read into whole (stale bytes, if
+/// pooled: the caller overwrites every one).
+pub fn take_for_peer(size: usize) -> Vec<u8> {
+    PEER_RECEIVE_BUFFERS.with(|pool| pool.borrow_mut().take(size))
+}
+
+/// `frame`, shared, given back to this thread's peer pool when its last owner drops it.
+pub fn shared(frame: Vec<u8>) -> crate::Bytes {
+    if frame.capacity() < RECEIVE_BUFFER_POOLED_MIN {
+        return crate::Bytes::from(frame);
+    }
+    crate::Bytes::from_owner(PooledFrame(frame))
+}
+
+/// A frame that goes back to a pool when dropped.
+struct PooledFrame(Vec<u8>);
+
+impl AsRef<[u8]> for PooledFrame {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for PooledFrame {
+    fn drop(&mut self) {
+        let frame = std::mem::take(&mut self.0);
+        // A thread being torn down has no pool any more: the buffer is freed.
+        let _ = PEER_RECEIVE_BUFFERS.try_with(|pool| pool.borrow_mut().give(frame));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +139,21 @@ mod tests {
             buffers.give(vec![0; RECEIVE_BUFFERS_POOLED_BYTES_MAX / 3]);
         }
         assert_eq!(buffers.len(), 3, "at most this many bytes");
+    }
+
+    #[test]
+    fn a_shared_frame_goes_back_to_the_peer_pool_when_its_last_slice_is_dropped() {
+        let mut frame = take_for_peer(RECEIVE_BUFFER_POOLED_MIN * 2);
+        frame.fill(9);
+        let at = frame.as_ptr();
+        let whole = shared(frame);
+        let body = whole.slice(256..);
+        drop(whole);
+        assert_eq!(body[0], 9, "a slice keeps the frame alive");
+        drop(body);
+        let again = take_for_peer(RECEIVE_BUFFER_POOLED_MIN * 2);
+        assert_eq!(again.as_ptr(), at, "the same allocation serves the next frame");
+        assert!(again.iter().all(|byte| *byte == 9), "not zero-filled");
     }
 
     #[test]

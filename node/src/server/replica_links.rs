@@ -461,18 +461,21 @@ impl ReplicaLinks {
 
     async fn read_frames(&self, mut stream: TcpStream) -> String {
         loop {
-            let mut frame = vec![0u8; vireo_io::glommio::FRAME_HEADER_SIZE];
-            if let Err(error) = stream.read_exact(&mut frame).await {
+            let mut header = [0u8; vireo_io::glommio::FRAME_HEADER_SIZE];
+            if let Err(error) = stream.read_exact(&mut header).await {
                 return error.to_string();
             }
-            let size = u32::from_le_bytes(frame[48..52].try_into().expect("4 bytes")) as usize;
-            if !(frame.len()..=FRAME_SIZE_MAX as usize).contains(&size) {
+            let size = u32::from_le_bytes(header[48..52].try_into().expect("4 bytes")) as usize;
+            if !(header.len()..=FRAME_SIZE_MAX as usize).contains(&size) {
                 return format!("frame size {size} out of bounds");
             }
             if self.inbound_bytes.acquire(size as u64).await.is_err() {
                 return "closing".to_string();
             }
-            frame.resize(size, 0);
+            // A pooled buffer (a prepare's, given back once the journal let it go): no
+            // allocation and no zero-fill for a batch.
+            let mut frame = vireo_io::receive_buffers::take_for_peer(size);
+            frame[..header.len()].copy_from_slice(&header);
             if let Err(error) = stream.read_exact(&mut frame[vireo_io::glommio::FRAME_HEADER_SIZE..]).await {
                 self.inbound_bytes.signal(size as u64);
                 return error.to_string();

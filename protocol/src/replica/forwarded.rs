@@ -16,9 +16,9 @@
 //! any prepare it lacks.
 //!
 //! Only the primary's first send of a prepare is elided; a retransmission or a repair carries
-//! the body. Kept frames are bounded (`FORWARDED_KEPT_MAX`, `FORWARDED_KEPT_BYTES_MAX`): the
-//! oldest goes first, which at worst costs a miss. A frame is dropped once a prepare holding its
-//! request arrives, elided or whole.
+//! the body. Kept frames are bounded (`FORWARDED_KEPT_MAX`, `FORWARDED_KEPT_BYTES_MAX`, and
+//! `FORWARDED_KEPT_TICKS_MAX` each): the oldest goes first, which at worst costs a miss. A frame
+//! is dropped once a prepare holding its request arrives, elided or whole.
 //!
 //! Layout of a `PrepareElided` body (little-endian): `prepare header [256] | cursor_before u64 |
 //! count x request header [256]`, `count` the prepare header's.
@@ -38,18 +38,31 @@ use crate::state_machine::StateMachine;
 /// request at a time per client and group, so this covers as many clients sending at once.
 pub const FORWARDED_KEPT_MAX: usize = 64;
 /// Bytes of kept frames at most (whatever their count).
-pub const FORWARDED_KEPT_BYTES_MAX: usize = 32 << 20;
+pub const FORWARDED_KEPT_BYTES_MAX: usize = 8 << 20;
+/// Ticks a kept frame waits for its prepare at most: a prepare comes back within a round trip,
+/// and one that does not (its primary gone, the request dropped) must not pin the frame.
+pub const FORWARDED_KEPT_TICKS_MAX: u64 = 100;
 /// `Config::elide_bytes_min` by default: requests smaller than this are not kept, and their
 /// prepares not elided: what their bytes cost on the link is about what the elided form costs.
 pub const FORWARDED_KEEP_BYTES_MIN: usize = 4 << 10;
 const CURSOR_SIZE: usize = 8;
 
+/// A frame kept: its header's checksum, its client, the tick it was kept at, the frame.
+struct Kept {
+    checksum: u128,
+    client: u128,
+    tick: u64,
+    frame: Bytes,
+}
+
 /// What a backup keeps of the requests it forwarded.
 #[derive(Default)]
 pub struct Forwarded {
     /// The frames as sent, by their header's checksum, oldest first.
-    kept: VecDeque<(u128, u128, Bytes)>,
+    kept: VecDeque<Kept>,
     bytes: usize,
+    /// Ticks this replica counted (the kept frames' clock).
+    ticks: u64,
     /// Prepares rebuilt from kept frames, and elided prepares that missed.
     pub rebuilt: u64,
     pub missed: u64,
@@ -59,31 +72,45 @@ pub struct Forwarded {
 
 impl Forwarded {
     fn keep(&mut self, checksum: u128, client: u128, frame: Bytes) {
-        if self.kept.iter().any(|(kept, _, _)| *kept == checksum) {
+        if self.kept.iter().any(|kept| kept.checksum == checksum) {
             // A resend of a frame kept already.
             return;
         }
         self.bytes += frame.len();
-        self.kept.push_back((checksum, client, frame));
+        self.kept.push_back(Kept { checksum, client, tick: self.ticks, frame });
         while self.kept.len() > FORWARDED_KEPT_MAX || self.bytes > FORWARDED_KEPT_BYTES_MAX {
-            let (_, _, evicted) = self.kept.pop_front().expect("over a bound means not empty");
-            self.bytes -= evicted.len();
+            self.drop_oldest();
         }
     }
 
+    fn drop_oldest(&mut self) {
+        let evicted = self.kept.pop_front().expect("dropping from a non-empty queue");
+        self.bytes -= evicted.frame.len();
+    }
+
+    /// A tick: frames kept too long go.
+    pub(super) fn tick(&mut self) {
+        self.ticks += 1;
+        while self.kept.front().is_some_and(|kept| kept.tick + FORWARDED_KEPT_TICKS_MAX < self.ticks) {
+            self.drop_oldest();
+        }
+    }
+
+    fn take_at(&mut self, at: usize) -> Bytes {
+        let kept = self.kept.remove(at).expect("in range");
+        self.bytes -= kept.frame.len();
+        kept.frame
+    }
+
     fn take(&mut self, checksum: u128) -> Option<Bytes> {
-        let at = self.kept.iter().position(|(kept, _, _)| *kept == checksum)?;
-        let (_, _, frame) = self.kept.remove(at).expect("found");
-        self.bytes -= frame.len();
-        Some(frame)
+        let at = self.kept.iter().position(|kept| kept.checksum == checksum)?;
+        Some(self.take_at(at))
     }
 
     /// The planted bug's lookup: the oldest frame this client had forwarded, whichever request.
     fn take_oldest_of(&mut self, client: u128) -> Option<Bytes> {
-        let at = self.kept.iter().position(|(_, kept, _)| *kept == client)?;
-        let (_, _, frame) = self.kept.remove(at).expect("found");
-        self.bytes -= frame.len();
-        Some(frame)
+        let at = self.kept.iter().position(|kept| kept.client == client)?;
+        Some(self.take_at(at))
     }
 
     /// Drops the frames of the requests a prepare's body holds: they are prepared.
@@ -277,5 +304,45 @@ impl<S: StateMachine> Replica<S> {
     /// How many prepares were rebuilt from kept frames, and how many elided prepares missed.
     pub fn forwarded_figures(&self) -> (u64, u64, u64) {
         (self.forwarded.elided_sent, self.forwarded.rebuilt, self.forwarded.missed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(len: usize, fill: u8) -> Bytes {
+        Bytes::from(vec![fill; len])
+    }
+
+    #[test]
+    fn kept_frames_are_bounded_by_count_bytes_and_age_oldest_first() {
+        let mut forwarded = Forwarded::default();
+        for checksum in 0..FORWARDED_KEPT_MAX as u128 + 3 {
+            forwarded.keep(checksum, 1, frame(16, 0));
+        }
+        assert_eq!(forwarded.kept.len(), FORWARDED_KEPT_MAX);
+        assert!(forwarded.take(0).is_none(), "the oldest went first");
+        assert!(forwarded.take(FORWARDED_KEPT_MAX as u128 + 2).is_some(), "the newest is kept");
+
+        let mut forwarded = Forwarded::default();
+        let big = FORWARDED_KEPT_BYTES_MAX / 3;
+        for checksum in 0..4 {
+            forwarded.keep(checksum, 1, frame(big, 0));
+        }
+        assert_eq!((forwarded.kept.len(), forwarded.bytes), (3, 3 * big));
+
+        let mut forwarded = Forwarded::default();
+        forwarded.keep(7, 1, frame(16, 0));
+        forwarded.keep(7, 1, frame(16, 0));
+        assert_eq!(forwarded.kept.len(), 1, "a resend is kept once");
+        for _ in 0..FORWARDED_KEPT_TICKS_MAX {
+            forwarded.tick();
+        }
+        forwarded.keep(8, 1, frame(16, 0));
+        forwarded.tick();
+        assert!(forwarded.take(7).is_none(), "past its age");
+        assert!(forwarded.take(8).is_some());
+        assert_eq!(forwarded.bytes, 0);
     }
 }

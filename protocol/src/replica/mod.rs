@@ -44,7 +44,7 @@ use crate::state_machine::StateMachine;
 
 pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
-pub use forwarded::{FORWARDED_KEEP_BYTES_MIN, FORWARDED_KEPT_BYTES_MAX, FORWARDED_KEPT_MAX};
+pub use forwarded::{FORWARDED_KEEP_BYTES_MIN, FORWARDED_KEPT_BYTES_MAX, FORWARDED_KEPT_MAX, FORWARDED_KEPT_TICKS_MAX};
 use read_index::ReadRounds;
 pub use read_index::READ_ROUND_RESEND_TICKS;
 use recovery::Opening;
@@ -519,7 +519,7 @@ impl<S: StateMachine> Replica<S> {
         if !self.peer_admitted(Command::Prepare, &header) {
             return;
         }
-        let body = Bytes::from(frame).slice(vireo_storage::layout::HEADER_SIZE..);
+        let body = vireo_io::receive_buffers::shared(frame).slice(vireo_storage::layout::HEADER_SIZE..);
         self.on_prepare(io, header, body);
         self.rejoin_progress(io);
         self.assert_invariants();
@@ -676,6 +676,7 @@ impl<S: StateMachine> Replica<S> {
         }
         self.primary_silent_ticks += 1;
         self.repair_after_head_requested = false;
+        self.forwarded.tick();
         self.start_view_requested = false;
         for silent in &mut self.ack_silent_ticks {
             *silent = silent.saturating_add(1);
