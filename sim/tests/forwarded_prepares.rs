@@ -49,7 +49,14 @@ fn a_backup_that_rebuilds_from_a_stale_kept_frame_is_caught() {
         .map(|seed| (seed, run_seed(seed, &three_heavy(), Some(Bug::ElidedFromStaleKeptCopy))))
         .find(|(_, report)| report.exit_code != 0)
         .expect("the stale kept frame caught within 48 seeds");
-    assert_eq!(report.exit_code, 129, "seed {seed}: {}", report.message);
-    assert!(report.message.contains("committed op"), "seed {seed}: {}", report.message);
+    // A release build finds the replicas committed different bodies; a debug build stops
+    // earlier, at the journal's assertion that a prepare's body is the one its header names.
+    assert!(
+        (report.exit_code == 129 && report.message.contains("committed op"))
+            || (report.exit_code == 127 && report.message.contains("valid_checksum_body")),
+        "seed {seed}: exit {}: {}",
+        report.exit_code,
+        report.message
+    );
     assert_eq!(run_seed(seed, &three_heavy(), None).exit_code, 0, "seed {seed} fails without the bug");
 }
