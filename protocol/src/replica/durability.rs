@@ -630,6 +630,13 @@ impl<S: StateMachine> Replica<S> {
                 self.send_prepare_oks(io);
             }
         }
+        // Whatever the status now: a prepare held for a view that is gone is refused again.
+        self.release_held_for_wal(io);
+        if std::mem::take(&mut self.wal_full_dropped) && self.op < self.wal_op_limit() {
+            // Prepares came, past what could wait, while the WAL had no room: the checkpoint
+            // made some.
+            self.request_prepares_after_head(io);
+        }
         self.snapshot_flush(io);
         self.wal_flush(io);
     }

@@ -226,6 +226,12 @@ pub struct Replica<S: StateMachine> {
     durable_chain_op: u64,
     /// Prepares after our head were asked for this tick already.
     repair_after_head_requested: bool,
+    /// A prepare after our head was dropped, or not asked for, for want of a free WAL slot: the
+    /// next durable checkpoint asks for it (`on_superblock_durable`).
+    wal_full_dropped: bool,
+    /// Prepares of our log's next ops that came while the WAL had no free slot, in order, at
+    /// most `prepare_queue_max`: taken up when the next checkpoint is durable.
+    held_for_wal: VecDeque<(Header, Bytes)>,
     /// Requests this backup forwarded, kept for the elided prepares of them (`forwarded`).
     forwarded: forwarded::Forwarded,
 
@@ -299,6 +305,8 @@ impl<S: StateMachine> Replica<S> {
             ack_silent_ticks: vec![u64::MAX / 2; count],
             durable_chain_op: 0,
             repair_after_head_requested: false,
+            wal_full_dropped: false,
+            held_for_wal: VecDeque::new(),
             forwarded: forwarded::Forwarded::default(),
             read_rounds: ReadRounds::default(),
             opening: None,

@@ -247,6 +247,9 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         self.peer_checkpoint(header.checkpoint_op, header.replica);
+        if self.hold_for_wal_room(&header, &body) {
+            return;
+        }
         if header.op > self.op + 1 {
             // We missed some: ask the primary for what comes after our head (at most once a
             // tick: its answers arrive as more of these).
@@ -261,8 +264,13 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         if header.op > self.wal_op_limit() {
-            // Not our chain's next link (cannot be, in one view, once our head is this view's),
-            // or no free WAL slot until our next checkpoint: the primary will retransmit.
+            // No free WAL slot until our next checkpoint: the prepare waits for it (or, past
+            // that bound, is asked for again once it is durable, or the primary retransmits).
+            if self.held_for_wal.len() < self.config.prepare_queue_max {
+                self.held_for_wal.push_back((header, body));
+            } else {
+                self.wal_full_dropped = true;
+            }
             return;
         }
         self.journal.insert(Entry::prepare(header, body));
@@ -274,6 +282,30 @@ impl<S: StateMachine> Replica<S> {
             self.send_prepare_ok_unchecked(io, header.op, header.checksum);
         }
         self.commit_journal(io);
+    }
+
+    /// A prepare that extends the ones waiting for WAL room (the next link of their chain, in
+    /// this view's log) waits with them, if there is room: it would otherwise arrive as a gap
+    /// after our head, be dropped and be asked for again, whole, once the checkpoint is durable.
+    fn hold_for_wal_room(&mut self, header: &Header, body: &Bytes) -> bool {
+        let Some((last, _)) = self.held_for_wal.back() else { return false };
+        if header.op != last.op + 1 || header.parent != last.checksum || header.view != last.view {
+            return false;
+        }
+        if self.held_for_wal.len() == self.config.prepare_queue_max {
+            self.wal_full_dropped = true;
+            return true;
+        }
+        self.held_for_wal.push_back((*header, body.clone()));
+        true
+    }
+
+    /// A checkpoint made room in the WAL: the prepares that waited for it go on (each checked
+    /// again as it arrived: the view may have moved meanwhile).
+    pub(super) fn release_held_for_wal(&mut self, io: &mut impl Io) {
+        for (header, body) in std::mem::take(&mut self.held_for_wal) {
+            self.on_prepare(io, header, body);
+        }
     }
 
     /// Acknowledges a prepare to the primary, if this replica may.

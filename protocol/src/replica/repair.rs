@@ -275,7 +275,17 @@ impl<S: StateMachine> Replica<S> {
         if self.status != Status::Normal || self.is_primary() {
             return;
         }
-        let last = self.commit_max.max(self.op + 1).min(self.op + self.config.repair_batch_max as u64);
+        // Never past what the WAL has room for: a prepare beyond it would be dropped as it
+        // arrives, and asked for again (each time whole). The checkpoint that makes room asks.
+        let last = self
+            .commit_max
+            .max(self.op + 1)
+            .min(self.op + self.config.repair_batch_max as u64)
+            .min(self.wal_op_limit());
+        if last <= self.op {
+            self.wal_full_dropped = true;
+            return;
+        }
         let mut body = Vec::new();
         for op in self.op + 1..=last {
             body.extend_from_slice(&op.to_le_bytes());
