@@ -265,14 +265,13 @@
 //!   forwarding backup keeps the request's frame, and the primary's prepare to it carries the
 //!   header and the stamping but not the batch, which the backup stamps again from its copy and
 //!   checks against the prepare's checksum (`vireo_protocol::replica` `forwarded`; a miss, the
-//!   copy gone or different, asks for the prepare whole). Through any node, the loopback of a
-//!   three-node cluster on one machine carries 3.17 bytes per byte iggy-bench sends (the
-//!   reference's cluster: 3.16): the client's, the forward, the prepare to the other backup,
-//!   each with the batches' own framing. A backup whose WAL waits for a checkpoint holds the
-//!   prepares that come meanwhile (at most `prepare_queue_max`) rather than drop them and ask
-//!   for them again whole
-//!   (`vireo_prepares_elided_total`, `vireo_prepares_rebuilt_total`,
-//!   `vireo_prepares_elided_missed_total`).
+//!   copy gone or different, asks for the prepare whole; `vireo_prepares_elided_total`,
+//!   `vireo_prepares_rebuilt_total`, `vireo_prepares_elided_missed_total`). Through any node,
+//!   the loopback of a three-node cluster on one machine carries 3.17 bytes per byte
+//!   iggy-bench sends (the reference's cluster: 3.16): the client's, the forward, the prepare to
+//!   the other backup, each with the batches' own framing. A backup whose WAL waits for a
+//!   checkpoint holds the prepares that come meanwhile (at most `prepare_queue_max`) rather than
+//!   drop them and ask for them again whole.
 //! - **What an acknowledged send promises**: the batch is written (the write completed, in the
 //!   page cache) on a quorum of the partition's replicas, the primary counted only once its own
 //!   write completed; with `enforce_fsync`, synced (group commit) on that quorum. It survives
