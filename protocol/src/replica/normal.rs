@@ -266,7 +266,9 @@ impl<S: StateMachine> Replica<S> {
         if header.op > self.wal_op_limit() {
             // No free WAL slot until our next checkpoint: the prepare waits for it (or, past
             // that bound, is asked for again once it is durable, or the primary retransmits).
-            if self.held_for_wal.len() < self.config.prepare_queue_max {
+            if self.held_for_wal.iter().any(|(held, _)| held.checksum == header.checksum) {
+                // A retransmission of the one that waits already.
+            } else if self.held_for_wal.len() < self.config.prepare_queue_max {
                 self.held_for_wal.push_back((header, body));
             } else {
                 self.wal_full_dropped = true;
