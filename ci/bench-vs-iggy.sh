@@ -162,6 +162,35 @@ vireo_bench_figures() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
+# alternate RUN NAME...: each workload's rounds, both servers in each, the one that goes first
+# taking turns (RUN SIDE NAME ROUND measures one).
+alternate() {
+    local run=$1 name round order side
+    shift
+    for name in "$@"; do
+        for round in $(seq 1 "$rounds"); do
+            if [ $((round % 2)) -eq 1 ]; then order="iggy vireo"; else order="vireo iggy"; fi
+            for side in $order; do "$run" "$side" "$name" "$round"; done
+        done
+    done
+}
+
+# medians RESULTS MEDIANS NAME FIELDS: MEDIANS[SIDE.FIELD] = the median over the rounds of field
+# FIELD (1 to FIELDS) of RESULTS[NAME.SIDE.ROUND], both sides.
+medians() {
+    local -n results=$1 into=$2
+    local name=$3 fields=$4 side field round values
+    for side in iggy vireo; do
+        for field in $(seq 1 "$fields"); do
+            values=()
+            for round in $(seq 1 "$rounds"); do
+                values+=("$(echo "${results[$name.$side.$round]}" | cut -d' ' -f"$field")")
+            done
+            into[$side.$field]=$(median "${values[@]}")
+        done
+    done
+}
+
 # measure SIDE NAME ROUND: one iggy-bench round against a fresh server of SIDE.
 declare -A figures
 measure() {
@@ -204,12 +233,7 @@ cross() {
 }
 
 echo "== iggy-bench, $rounds rounds alternating, $shards shards, fresh data directories"
-for name in "${names[@]}"; do
-    for round in $(seq 1 "$rounds"); do
-        if [ $((round % 2)) -eq 1 ]; then order="iggy vireo"; else order="vireo iggy"; fi
-        for side in $order; do measure "$side" "$name" "$round"; done
-    done
-done
+alternate measure "${names[@]}"
 
 if [ "${CROSS:-1}" != 0 ]; then
     echo "== vireo-bench against both servers"
@@ -366,12 +390,7 @@ for name in "${cluster_names[@]}"; do
 done
 if [ "${CLUSTER:-1}" != 0 ]; then
     echo "== three-node clusters (one shard per node), $rounds rounds alternating, through node ${CLUSTER_THROUGH:-0}"
-    for name in "${cluster_names[@]}"; do
-        for round in $(seq 1 "$rounds"); do
-            if [ $((round % 2)) -eq 1 ]; then order="iggy vireo"; else order="vireo iggy"; fi
-            for side in $order; do cluster_measure "$side" "$name" "$round"; done
-        done
-    done
+    alternate cluster_measure "${cluster_names[@]}"
 fi
 
 echo
@@ -383,15 +402,7 @@ wins_12=0; wins_10=0; p99_ok=0
 for name in "${names[@]}"; do
     unset med
     declare -A med
-    for side in iggy vireo; do
-        for field in 1 2 3 4 5 6; do
-            values=()
-            for round in $(seq 1 "$rounds"); do
-                values+=("$(echo "${figures[$name.$side.$round]}" | cut -d' ' -f$field)")
-            done
-            med[$side.$field]=$(median "${values[@]}")
-        done
-    done
+    medians figures med "$name" 6
     mbps_ratio=$(ratio "${med[vireo.1]}" "${med[iggy.1]}")
     agree_iggy="-"
     agree_vireo="-"
@@ -421,15 +432,7 @@ if [ "${CLUSTER:-1}" != 0 ]; then
     for name in "${cluster_names[@]}"; do
         unset cmed
         declare -A cmed
-        for side in iggy vireo; do
-            for field in 1 2 3 4 5 6 7 8; do
-                values=()
-                for round in $(seq 1 "$rounds"); do
-                    values+=("$(echo "${cluster_results[$name.$side.$round]}" | cut -d' ' -f$field)")
-                done
-                cmed[$side.$field]=$(median "${values[@]}")
-            done
-        done
+        medians cluster_results cmed "$name" 8
         printf '%-16s | %9s %9s %6s | %8s %8s %6s | %17s %17s | %9s %9s\n' "$name" \
             "${cmed[iggy.1]}" "${cmed[vireo.1]}" "$(ratio "${cmed[vireo.1]}" "${cmed[iggy.1]}")" \
             "${cmed[iggy.3]}" "${cmed[vireo.3]}" "$(ratio "${cmed[iggy.3]}" "${cmed[vireo.3]}")" \
