@@ -64,10 +64,10 @@ pub struct Forwarded {
     /// Ticks this replica counted (the kept frames' clock).
     ticks: u64,
     /// Prepares rebuilt from kept frames, and elided prepares that missed.
-    pub rebuilt: u64,
-    pub missed: u64,
+    rebuilt: u64,
+    missed: u64,
     /// Elided prepares a primary sent.
-    pub elided_sent: u64,
+    pub(super) elided_sent: u64,
 }
 
 impl Forwarded {
