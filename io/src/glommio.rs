@@ -33,7 +33,7 @@ use std::time::Duration;
 use glommio::io::{BufferedFile, OpenOptions};
 use glommio::sync::Semaphore;
 
-use crate::{Completion, FileId, FileKind, Instant, Io, IoError, Namespace, OutFrame, Peer, Token, TICK_NS};
+use crate::{Completion, DiskSpace, FileId, FileKind, Instant, Io, IoError, Namespace, OutFrame, Peer, Token, TICK_NS};
 
 #[derive(Clone, Debug)]
 pub struct DriverConfig {
@@ -1156,6 +1156,17 @@ impl Io for GlommioIo {
             files.sort();
             Completion::List { token, result: result.map(|()| files) }
         });
+    }
+
+    fn disk_space(&self) -> Option<DiskSpace> {
+        let path = std::ffi::CString::new(self.shared.root.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: statvfs(2) fills the zeroed struct it is given from a NUL-terminated path.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+            return None;
+        }
+        let block = stat.f_frsize as u64;
+        Some(DiskSpace { free: stat.f_bavail as u64 * block, total: stat.f_blocks as u64 * block })
     }
 
     fn random(&mut self) -> u64 {

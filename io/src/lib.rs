@@ -173,6 +173,16 @@ impl fmt::Display for FileId {
     }
 }
 
+/// The space of the file system that holds a node's data directory, in bytes: what a node's
+/// free-space reserve is judged by (`Io::disk_space`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskSpace {
+    /// What new writes may still take (for an unprivileged writer: blocks the file system keeps
+    /// for root are not counted).
+    pub free: u64,
+    pub total: u64,
+}
+
 /// Identifies an outstanding I/O request; handed back unchanged in its completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(pub u64);
@@ -285,6 +295,13 @@ pub trait Io {
 
     /// Seeded randomness (jitter, nonces, peer choice). Deterministic in the simulator.
     fn random(&mut self) -> u64;
+
+    /// The space left where the node's files live, read now, like the clock: answered at once,
+    /// because it is a counter the file system keeps in memory (`statvfs`), not I/O. `None`: not
+    /// known (a disk without a bound in the simulator), which no reserve refuses on.
+    fn disk_space(&self) -> Option<DiskSpace> {
+        None
+    }
 }
 
 /// Implements every ask of `Io` but `send` for a wrapper, by passing it to the field `$inner`
@@ -324,6 +341,9 @@ macro_rules! forward_asks_but_send {
         }
         fn random(&mut self) -> u64 {
             self.$inner.random()
+        }
+        fn disk_space(&self) -> Option<$crate::DiskSpace> {
+            self.$inner.disk_space()
         }
     };
 }

@@ -88,4 +88,7 @@ impl<I: Io> Io for GroupIo<'_, I> {
     fn random(&mut self) -> u64 {
         self.io.random()
     }
+    fn disk_space(&self) -> Option<vireo_io::DiskSpace> {
+        self.io.disk_space()
+    }
 }

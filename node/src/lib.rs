@@ -288,6 +288,7 @@
 pub mod admission;
 pub mod client_reply;
 pub mod connection;
+pub mod disk_reserve;
 pub mod group_io;
 pub mod metadata;
 pub mod metadata_plane;

@@ -112,6 +112,7 @@ use crate::client_reply::{client_reply_body, node_reply, poll_reply_frame};
 use crate::connection::{
     Connection, InFlight, Login, PurgeQueue, ReplyKind, RequestBody, Stage, PURGE_WINDOW, RESEND_TICKS,
 };
+use crate::disk_reserve::{DiskReserve, ReserveChange};
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, ReadKind, UserStatus, SALT_SIZE_BYTES,
 };
@@ -152,6 +153,8 @@ pub struct NodeConfig {
     pub roster: Vec<wire::ClusterNode>,
     /// How expensive the password hashes this node makes are (`Test` only in the simulator).
     pub password_cost: PasswordCost,
+    /// The free-space reserve (`disk_reserve`); 0: none.
+    pub min_free_bytes: u64,
 }
 
 /// What a node did, for the driver's log and the simulator's trace and checkers.
@@ -161,6 +164,8 @@ pub enum NodeEvent {
     ConnectionOpened {
         connection: ConnectionId,
     },
+    /// The disk's free space crossed the reserve (`disk_reserve`).
+    Disk(ReserveChange),
     /// Over `connections_max`: closed at once.
     ConnectionRefused {
         connection: ConnectionId,
@@ -281,6 +286,8 @@ pub struct NodeCounters {
     /// read index came within `READ_INDEX_ROUNDS_MAX` rounds (no quorum answers, or the group's
     /// replica here does not catch up).
     pub reads_refused: u64,
+    /// Sends and creates refused because the disk's free space was below the reserve.
+    pub writes_refused_disk_low: u64,
 }
 
 /// A poll waiting for its segment-log read.
@@ -445,6 +452,8 @@ pub struct Node {
     read_next: u64,
     /// What every shard's partition groups last said of themselves (`partition_figures`).
     figures: NodeFigures,
+    /// The free-space reserve, read every tick.
+    disk: DiskReserve,
     pub counters: NodeCounters,
 }
 
@@ -475,6 +484,7 @@ impl Node {
         let shard = Shard::open(config.shard.clone(), &mut tap);
         assert!(tap.replies.is_empty(), "a replica that just opened answers no one");
         let shards = config.shard.shards as usize;
+        let disk = DiskReserve::new(config.min_free_bytes);
         let mut node = Node {
             config,
             shard,
@@ -491,6 +501,7 @@ impl Node {
             parked_reads: BTreeMap::new(),
             read_next: 0,
             figures: NodeFigures::default(),
+            disk,
             counters: NodeCounters::default(),
         };
         node.drain_shard_events();
@@ -518,6 +529,11 @@ impl Node {
     /// waits for).
     pub fn requests_in_flight(&self) -> usize {
         self.connections.values().map(|connection| connection.in_flight.len()).sum()
+    }
+
+    /// What the node last read of its disk, and whether it refuses new data.
+    pub fn disk_reserve(&self) -> &DiskReserve {
+        &self.disk
     }
 
     pub fn poll_event(&mut self) -> Option<NodeEvent> {
@@ -683,6 +699,13 @@ impl Node {
             return;
         }
         self.forget_stale_login(connection);
+        let logged_in = self.connections.get(&connection).is_some_and(|conn| conn.logged_in().is_some())
+            && self.bug() != Some(Bug::SendPastDiskReserve);
+        if let Some(status) = self.disk.refusal(header.operation).filter(|_| logged_in) {
+            self.counters.writes_refused_disk_low += 1;
+            self.deny(io, connection, &header, status);
+            return;
+        }
         let result = match header.operation {
             OPERATION_REGISTER => self.on_login(io, connection, header, body),
             OPERATION_LOGOUT => self.on_logout(io, connection, header),
@@ -748,6 +771,10 @@ impl Node {
 
     pub fn tick(&mut self, io: &mut impl NodeIo) {
         self.tick += 1;
+        if let Some(change) = self.disk.observe(io.disk_space()) {
+            self.event(NodeEvent::Disk(change));
+        }
+        self.shard.set_disk_low(self.disk.is_low());
         self.with_groups(io, |shard, io| shard.tick(io));
         self.finish_log_reads(io);
         let late: Vec<u64> = self
@@ -1131,6 +1158,7 @@ impl Node {
                     clients: &clients,
                     metadata_op,
                     figures: &self.figures,
+                    disk: self.disk.space(),
                     bug: self.bug(),
                 };
                 let body = reads::answer(&metadata, &reader, &request)?;

@@ -23,6 +23,8 @@ pub struct Reader<'a> {
     pub metadata_op: u64,
     /// What the partition groups say of themselves (get_stream, get_topic).
     pub figures: &'a NodeFigures,
+    /// The node's last reading of its disk (get_stats).
+    pub disk: Option<vireo_io::DiskSpace>,
     /// The simulator's planted bug, if any (`Bug::SkipReadPermission` skips every check here).
     pub bug: Option<Bug>,
 }
@@ -146,8 +148,8 @@ pub fn answer(metadata: &Metadata, reader: &Reader<'_>, request: &ClientRequest)
                 iggy_server_semver: SERVER_PROTOCOL_VERSION,
                 cache_metrics: Vec::new(),
                 threads_count: 0,
-                free_disk_space: 0,
-                total_disk_space: 0,
+                free_disk_space: reader.disk.map_or(0, |disk| disk.free),
+                total_disk_space: reader.disk.map_or(0, |disk| disk.total),
             };
             Ok(stats.encode())
         }

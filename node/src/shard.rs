@@ -248,6 +248,9 @@ pub struct Shard<M: MetadataPlane> {
     /// Segment-log reads finished and not yet taken by the node: at most one per read it parked
     /// (`node::PARKED_READS_MAX`).
     segment_reads: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
+    /// The node's disk is below its reserve: the partition groups take no new data
+    /// (`Replica::set_disk_low`; the metadata group's few writes go on).
+    disk_low: bool,
     pub counters: ShardCounters,
 }
 
@@ -269,6 +272,7 @@ impl<M: MetadataPlane> Shard<M> {
             removals: VecDeque::new(),
             events: VecDeque::new(),
             segment_reads: VecDeque::new(),
+            disk_low: false,
             counters: ShardCounters::default(),
             config,
         };
@@ -451,6 +455,12 @@ impl<M: MetadataPlane> Shard<M> {
         }
     }
 
+    /// Whether the node's disk is below its reserve: said to every partition group at its next
+    /// tick (and to groups opened later at theirs).
+    pub fn set_disk_low(&mut self, low: bool) {
+        self.disk_low = low;
+    }
+
     pub fn tick(&mut self, io: &mut impl Io) {
         if let Some(group) = self.metadata.as_mut() {
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
@@ -459,6 +469,7 @@ impl<M: MetadataPlane> Shard<M> {
         let namespaces: Vec<Namespace> = self.partitions.keys().copied().collect();
         for namespace in namespaces {
             let group = self.partitions.get_mut(&namespace).expect("listed");
+            group.replica.set_disk_low(&mut GroupIo::new(io, group.slot, &mut group.in_flight), self.disk_low);
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
             let segments = group.segments.as_mut().expect("a partition group has a segment log");
             segments.tick();

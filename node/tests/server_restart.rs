@@ -13,45 +13,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iggy::prelude::*;
-use server_process::{data_dir, Server};
+use server_process::{data_dir, root_client, sdk_client, Server};
 
 const PARTITIONS: u32 = 2;
 const PRODUCERS_PER_TOPIC: u32 = 2;
 const MESSAGES_PER_BATCH: u32 = 10;
 const SENDING_FOR: Duration = Duration::from_millis(1500);
 
-/// An SDK client of `address` that does not reconnect by itself (the tests decide).
-fn sdk_client(address: SocketAddr) -> IggyClient {
-    IggyClient::builder()
-        .with_tcp()
-        .with_server_address(address.to_string())
-        .with_reconnection_max_retries(Some(0))
-        .build()
-        .expect("a client")
-}
-
 /// A message's payload, `producer:sequence`.
 fn producer_sequence(message: &IggyMessage) -> (u32, u64) {
     let text = String::from_utf8(message.payload.to_vec()).unwrap();
     let (producer, sequence) = text.split_once(':').unwrap();
     (producer.parse().unwrap(), sequence.parse().unwrap())
-}
-
-async fn root(address: SocketAddr) -> IggyClient {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let client = sdk_client(address);
-        let ready = async {
-            client.connect().await?;
-            client.login_user(DEFAULT_ROOT_USERNAME, DEFAULT_ROOT_PASSWORD).await?;
-            client.get_streams().await
-        };
-        match tokio::time::timeout(Duration::from_secs(5), ready).await {
-            Ok(Ok(_)) => return client,
-            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
-            other => panic!("the server did not answer: {other:?}"),
-        }
-    }
 }
 
 fn id(name: &str) -> Identifier {
@@ -68,7 +41,7 @@ fn topic_name(fsync: bool) -> &'static str {
 
 /// Sends batches until `stop`; returns the sequence numbers acknowledged, per partition.
 async fn produce(address: SocketAddr, fsync: bool, producer: u32, stop: Arc<AtomicBool>) -> (u32, Vec<u64>) {
-    let client = root(address).await;
+    let client = root_client(address).await;
     let partition = producer % PARTITIONS;
     let mut acknowledged = Vec::new();
     let mut batch_number = 0u64;
@@ -136,7 +109,7 @@ async fn read_partition(client: &IggyClient, topic: &str, partition: u32) -> Vec
 async fn kill_mid_send(fsync: bool) {
     let data = data_dir(&format!("sigkill-{}", topic_name(fsync)));
     let mut server = Server::start(&data, &[]);
-    let client = root(server.address).await;
+    let client = root_client(server.address).await;
     client.create_stream("durable").await.unwrap();
     let options =
         TopicCreateOptions { partitions_count: Some(PARTITIONS), enforce_fsync: Some(fsync), ..Default::default() };
@@ -161,7 +134,7 @@ async fn kill_mid_send(fsync: bool) {
     assert!(total >= 100, "the producers got {total} messages acknowledged before the kill");
 
     let server = Server::start(&data, &[]);
-    let client = root(server.address).await;
+    let client = root_client(server.address).await;
     for partition in 0..PARTITIONS {
         let log = read_partition(&client, topic_name(fsync), partition).await;
         let mut last: BTreeMap<u32, u64> = BTreeMap::new();
@@ -231,7 +204,7 @@ async fn the_first_polls_after_a_sigkill_and_an_immediate_restart_return_every_a
     let run = async {
         let data = data_dir("sigkill-immediate-restart");
         let mut server = Server::start(&data, &[]);
-        let client = root(server.address).await;
+        let client = root_client(server.address).await;
         client.create_stream("durable").await.unwrap();
         let options = TopicCreateOptions { partitions_count: Some(PARTITIONS), ..Default::default() };
         client.create_topic(&id("durable"), topic_name(false), &options).await.unwrap();
@@ -290,7 +263,7 @@ async fn a_sigkill_mid_send_loses_no_acknowledged_message_with_enforce_fsync() {
 async fn sigterm_shuts_down_gracefully_and_a_restart_recovers() {
     let data = data_dir("sigterm");
     let mut server = Server::start(&data, &[]);
-    let client = root(server.address).await;
+    let client = root_client(server.address).await;
     client.create_stream("durable").await.unwrap();
     let options = TopicCreateOptions { partitions_count: Some(1), ..Default::default() };
     client.create_topic(&id("durable"), "written", &options).await.unwrap();
@@ -301,7 +274,7 @@ async fn sigterm_shuts_down_gracefully_and_a_restart_recovers() {
     assert!(status.success(), "exit status {status:?}: {}", server.output());
     assert!(server.output().contains("vireo-server stopped"), "{}", server.output());
     let server = Server::start(&data, &[]);
-    let client = root(server.address).await;
+    let client = root_client(server.address).await;
     let log = read_partition(&client, "written", 0).await;
     assert_eq!(log, (0..100).map(|index| (0, index)).collect::<Vec<_>>());
 }
@@ -334,7 +307,7 @@ async fn a_flipped_bit_in_a_single_nodes_segment_costs_only_the_batch_it_hits() 
     const HIT: u64 = 10;
     let data = data_dir("flipped-bit");
     let mut server = Server::start(&data, &[]);
-    let client = root(server.address).await;
+    let client = root_client(server.address).await;
     client.create_stream("durable").await.unwrap();
     let options = TopicCreateOptions { partitions_count: Some(1), ..Default::default() };
     client.create_topic(&id("durable"), "written", &options).await.unwrap();
@@ -362,7 +335,7 @@ async fn a_flipped_bit_in_a_single_nodes_segment_costs_only_the_batch_it_hits() 
     assert_eq!(flipped, 1, "the batch is in exactly one segment file");
 
     let server = Server::start(&data, &[]);
-    let client = root(server.address).await;
+    let client = root_client(server.address).await;
     let lost = HIT * MESSAGES_PER_BATCH as u64..(HIT + 1) * MESSAGES_PER_BATCH as u64;
     let end = BATCHES * MESSAGES_PER_BATCH as u64;
     let mut read = Vec::new();

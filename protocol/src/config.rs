@@ -87,10 +87,12 @@ pub enum Bug {
     /// elided prepare from the oldest frame its client forwarded, whichever request that was,
     /// without checking it against the prepare's checksum.
     ElidedFromStaleKeptCopy,
+    /// A node's front door admits sends while its disk is below the free-space reserve.
+    SendPastDiskReserve,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 25] = [
+    pub const ALL: [Bug; 26] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -116,6 +118,7 @@ impl Bug {
         Bug::ReadUncheckedTail,
         Bug::WalHeaderWithItsPrepare,
         Bug::ElidedFromStaleKeptCopy,
+        Bug::SendPastDiskReserve,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

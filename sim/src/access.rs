@@ -24,8 +24,10 @@
 
 use std::fmt;
 
+use vireo_node::disk_reserve::STATUS_CANNOT_SAVE_MESSAGES;
+
 /// Codes a refusal of a login, send, poll or read may carry in this workload.
-pub const EXPECTED_CODES: [u32; 14] = [
+pub const EXPECTED_CODES: [u32; 15] = [
     3,    // InvalidCommand
     20,   // ResourceNotFound (a deleted user's token)
     40,   // Unauthenticated (not logged in, or the user is gone)
@@ -39,6 +41,7 @@ pub const EXPECTED_CODES: [u32; 14] = [
     2010, // TopicIdNotFound (a node that lags)
     3007, // PartitionNotFound (a partition not there yet)
     3008, // NoPartitions
+    4006, // CannotSaveMessagesToSegment (a send to a node whose disk is below its reserve)
     5006, // ConsumerGroupMemberNotFound
 ];
 
@@ -235,7 +238,9 @@ impl AccessChecker {
         let user_name = || user.to_string();
         if let Answer::Refused(code) = answer {
             self.summary.refusals += 1;
-            if !EXPECTED_CODES.contains(&code) {
+            // A full disk refuses new data only: a read is never refused for it.
+            let refused_for_disk = code == STATUS_CANNOT_SAVE_MESSAGES && action != Action::Send;
+            if !EXPECTED_CODES.contains(&code) || refused_for_disk {
                 return Err(AccessAnomaly::UnexpectedCode { actor, user: user_name(), action, code });
             }
         }

@@ -504,6 +504,13 @@ impl SimDisk {
         self.files.get(&file).map_or_else(Vec::new, |f| f.durable.clone())
     }
 
+    /// What is left of a bounded disk (`capacity`): nothing is known of an unbounded one.
+    pub fn space(&self) -> Option<vireo_io::DiskSpace> {
+        let capacity = self.capacity?;
+        let used: u64 = self.files.values().map(SimFile::len).sum();
+        Some(vireo_io::DiskSpace { free: capacity.saturating_sub(used), total: capacity })
+    }
+
     /// Every file on the disk with its size: what a data-directory listing shows.
     pub fn listing(&self) -> Vec<(FileId, u64)> {
         self.files.iter().map(|(file, f)| (*file, f.len())).collect()

@@ -105,9 +105,11 @@
 //! - nodes crash whole (every shard) and restart; `--rolling-restart-ticks N` crashes one node
 //!   every N ticks instead of at random;
 //! - in a quarter of the runs one node's disk is full for 1 to 10 simulated seconds (`disk_full=`
-//!   in the scenario line): every write that would grow a file fails with ENOSPC, its replicas stop
-//!   and reopen from what is durable, its segment logs are refused appends, and once space is back
-//!   everything must catch up (`writes_refused_full=` counts the refusals);
+//!   in the scenario line): its node is below its free-space reserve and refuses sends and creates
+//!   at once (`sends_refused_disk_low=`) while reads, offsets and deletes go on; every write that
+//!   would grow a file fails with ENOSPC, its replicas stop and reopen from what is durable, its
+//!   segment logs are refused appends, and once space is back everything must catch up
+//!   (`writes_refused_full=` counts the refusals);
 //! - segment files rot (latent sectors, damaged writes) on at most a minority of the disks, never a
 //!   single node's, and never one whose WAL headers zone takes faults (there the batches are a
 //!   prepare's only sure copy); `segment_logs_cut=` counts the opens that cut or lost batches,

@@ -111,6 +111,8 @@ pub fn window(bug: Bug) -> Window {
         Bug::ElidedFromStaleKeptCopy => {
             at_zero(Overrides { replicas: Some(3), faults: Some(FaultLevel::Heavy), ..streaming() })
         }
+        // A quarter of the runs fill one node's disk for a while; sends through it then.
+        Bug::SendPastDiskReserve => at_zero(streaming()),
     }
 }
 

@@ -124,4 +124,8 @@ impl<E: SimEvent> Io for SimIo<'_, E> {
     fn random(&mut self) -> u64 {
         self.rng.next_u64()
     }
+
+    fn disk_space(&self) -> Option<vireo_io::DiskSpace> {
+        self.disk.space()
+    }
 }

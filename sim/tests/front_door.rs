@@ -237,6 +237,9 @@ impl Io for ShardIo<'_> {
     fn random(&mut self) -> u64 {
         self.rng.next_u64()
     }
+    fn disk_space(&self) -> Option<vireo_io::DiskSpace> {
+        self.disk.space()
+    }
 }
 
 impl NodeIo for ShardIo<'_> {
@@ -356,6 +359,7 @@ impl World {
                 cluster_name: "front-door".into(),
                 roster: Vec::new(),
                 password_cost: PasswordCost::Test,
+                min_free_bytes: 1 << 20,
             };
             world.node_configs.push(node_config);
         }
@@ -623,6 +627,7 @@ fn tell(shard: u16, event: &NodeEvent) -> Option<String> {
                     format!("{} {other:?}", group(shard_event.namespace)),
                 _ => return None,
             },
+            NodeEvent::Disk(change) => format!("disk: {change:?}"),
             NodeEvent::ConnectionOpened { connection } => format!("connection {connection} opened"),
             NodeEvent::ConnectionRefused { connection } => format!("connection {connection} refused"),
             NodeEvent::ConnectionClosed { connection } => format!("connection {connection} closed"),
@@ -726,6 +731,41 @@ fn a_login_a_send_and_a_denied_poll() {
     let (polled, _) = world.command(poll(1));
     assert_eq!(polled.status, 41, "unauthorized");
     insta::assert_snapshot!("front_door_login_send_denied_poll", world.story.join("\n"));
+}
+
+/// A disk whose free space falls below the reserve: every shard says so once, sends and the
+/// creates of topics are refused at once with the reference's codes while polls are answered,
+/// and once space is back (a tick later) sends are taken again.
+#[test]
+fn a_disk_below_its_reserve_refuses_sends_and_creates_and_answers_the_rest() {
+    let mut world = World::new();
+    setup(&mut world);
+    assert_eq!(world.command(send(1, &[41])).0.status, 0);
+    world.story.clear();
+    // Full: what the files hold now is all the space there is.
+    world.disk.capacity = Some(world.disk.listing().iter().map(|(_, size)| size).sum());
+    for shard in 0..SHARDS {
+        world.run(shard, |node, io| node.tick(io));
+    }
+    assert_eq!(world.command(send(1, &[42])).0.status, 4006, "CannotSaveMessagesToSegment");
+    let topic = ClientRequest::CreateTopic {
+        stream: id(0),
+        partitions_count: 1,
+        name: name("more"),
+        options: Options::empty(),
+    };
+    assert_eq!(world.command(topic.clone()).0.status, 2006, "CannotCreateTopic");
+    let (polled, body) = world.command(poll(1));
+    assert_eq!(polled.status, 0);
+    assert_eq!(polled_ids(&body), [41], "the message sent before");
+    // Space is back.
+    world.disk.capacity = None;
+    for shard in 0..SHARDS {
+        world.run(shard, |node, io| node.tick(io));
+    }
+    assert_eq!(world.command(send(1, &[42])).0.status, 0);
+    assert_eq!(world.shards.iter().map(|node| node.counters.writes_refused_disk_low).sum::<u64>(), 2);
+    insta::assert_snapshot!("front_door_disk_below_reserve", world.story.join("\n"));
 }
 
 /// Refusals the front door makes itself, each with the reference's code, and a connection past

@@ -35,7 +35,7 @@
 //! dropped: the peer asks again), the batches it checks by the log's `tail_batches_max`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use vireo_io::{Bytes, Completion, FileId, FileKind, Io, Namespace, Peer};
+use vireo_io::{Bytes, Completion, FileId, FileKind, Io, IoError, Namespace, Peer};
 use vireo_protocol::config::Bug;
 use vireo_protocol::header::{group_of, Command, Header, Message};
 use vireo_protocol::replica::{FillsWanted, LogMark};
@@ -65,6 +65,10 @@ pub const TAIL_BATCHES_MAX: usize = 1 << 15;
 pub const REPAIRS_REFUSED_MAX: u32 = 8;
 /// Peers' fetches one log serves at once.
 pub const FETCHES_SERVED_MAX: usize = 4;
+/// Ticks the log waits after a full disk refused an append before it appends again: the batches
+/// wait in `pending` (they are in the WAL), and a full disk is not asked again at once after
+/// every refusal.
+pub const REFUSED_APPEND_PAUSE_TICKS: u64 = 10;
 /// Read ids of served fetches carry this bit (the node's poll reads never do).
 const FETCH_READ: u64 = 1 << 63;
 /// Read ids of fills (the group's elided prepares, read back while its replica opens).
@@ -256,6 +260,8 @@ pub struct SegmentLog {
     awaiting_ready: bool,
 
     tick: u64,
+    /// The tick a full disk last refused an append (`REFUSED_APPEND_PAUSE_TICKS`).
+    refused_at_tick: Option<u64>,
     /// Reads finished and not yet taken (`take_read`): at most the log's `reads_max`.
     reads_done: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
     /// The last open's report.
@@ -317,6 +323,7 @@ impl SegmentLog {
             filling: None,
             awaiting_ready: false,
             tick: 0,
+            refused_at_tick: None,
             reads_done: VecDeque::new(),
             opened: None,
             counters: SegmentLogCounters::default(),
@@ -375,6 +382,7 @@ impl SegmentLog {
     /// device flush per batch while it lasts.
     pub fn sync_if_idle(&mut self, io: &mut impl Io) {
         let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };
+        log.retry_refused_writes(io);
         let end = log.end_offset();
         let idle = end == self.end_at_tick;
         self.end_at_tick = end;
@@ -584,9 +592,12 @@ impl SegmentLog {
                 }
                 // A rejected write (a full disk) takes the batches from its offset: the log is
                 // cut there and the pending copies are appended again.
-                PartitionEvent::Rejected { .. } => {
+                PartitionEvent::Rejected { error, .. } => {
                     self.speculated = None;
                     self.cuts_made += 1;
+                    if error == IoError::NoSpace {
+                        self.refused_at_tick = Some(self.tick);
+                    }
                 }
                 PartitionEvent::Durable { .. } => {}
             }
@@ -878,7 +889,8 @@ impl SegmentLog {
         }
         let log = self.log.as_mut().expect("open");
         let mut appended = false;
-        if self.verified_to == log.end_offset() {
+        let paused = self.refused_at_tick.is_some_and(|at| self.tick < at + REFUSED_APPEND_PAUSE_TICKS);
+        if self.verified_to == log.end_offset() && !paused {
             let from = self.verified_to;
             for (base, _, bytes) in self.pending.iter().filter(|(_, end, _)| *end > from) {
                 if *base != log.end_offset() {

@@ -57,6 +57,8 @@ pub struct ServerConfig {
 #[serde(deny_unknown_fields)]
 pub struct SystemConfig {
     pub path: PathBuf,
+    /// The free-space reserve (`disk_reserve`).
+    pub min_free_bytes: u64,
     pub logging: LoggingConfig,
     pub sharding: ShardingConfig,
     pub journal: JournalConfig,

@@ -72,8 +72,13 @@ pub struct ShardFigures {
     pub replica_roster_refused: u64,
     /// Shard 0: HTTPS connections closed for a failed or stalled TLS handshake.
     pub http_tls_refused: u64,
+    /// Shard 0: client connections closed at once because the process was out of descriptors.
+    pub descriptors_refused: u64,
     /// Replica failures (a write or sync of the group's files that failed).
     pub replica_failures: u64,
+    /// The data directory's file system as the shard last read it: free and total bytes, the
+    /// reserve, and whether new data is refused (`disk_reserve`).
+    pub disk: Option<(u64, u64, u64, bool)>,
     pub commands: BTreeMap<&'static str, CommandFigures>,
     /// What the committed metadata holds (shard 0): streams, topics, partitions, users.
     pub catalog: Option<(u64, u64, u64, u64)>,
@@ -284,7 +289,7 @@ pub fn render(shards: &[ShardFigures]) -> String {
         counter(&mut out, name, help, "counter", &per_shard(value));
     }
     let mut refusals = Vec::new();
-    let reasons: [(&str, Figure); 12] = [
+    let reasons: [(&str, Figure); 14] = [
         ("connections_full", &|f| f.net.refused_full + f.node.connections_refused),
         ("frame_size", &|f| f.net.frames_oversized),
         ("malformed_frame", &|f| f.node.frames_malformed),
@@ -297,6 +302,8 @@ pub fn render(shards: &[ShardFigures]) -> String {
         ("replica_link_auth", &|f| f.replica_auth_refused),
         ("replica_link_roster", &|f| f.replica_roster_refused),
         ("tls_handshake", &|f| f.net.tls_refused + f.http_tls_refused),
+        ("disk_below_reserve", &|f| f.node.writes_refused_disk_low),
+        ("file_descriptors", &|f| f.descriptors_refused),
     ];
     for (reason, value) in reasons {
         let total: u64 = shards.iter().map(value).sum();
@@ -325,6 +332,25 @@ pub fn render(shards: &[ShardFigures]) -> String {
             "gauge",
             &[(String::new(), first.peers_linked)],
         );
+        if let Some((free, total, reserve, low)) = first.disk {
+            let disk: [(&str, &str, u64); 4] = [
+                ("vireo_disk_free_bytes", "Free bytes of the data directory's file system.", free),
+                ("vireo_disk_total_bytes", "Size of the data directory's file system.", total),
+                (
+                    "vireo_disk_reserve_bytes",
+                    "The free-space reserve (system.min_free_bytes, at most 1/20 of the disk).",
+                    reserve,
+                ),
+                (
+                    "vireo_disk_below_reserve",
+                    "1 while free space is below the reserve: sends and creates are refused.",
+                    low as u64,
+                ),
+            ];
+            for (name, help, value) in disk {
+                counter(&mut out, name, help, "gauge", &[(String::new(), value)]);
+            }
+        }
         if let Some((streams, topics, partitions, users)) = first.catalog {
             counter(&mut out, "vireo_streams", "Streams.", "gauge", &[(String::new(), streams)]);
             counter(&mut out, "vireo_topics", "Topics.", "gauge", &[(String::new(), topics)]);

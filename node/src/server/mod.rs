@@ -4,6 +4,7 @@
 //! signals, startup banner, exit codes). Only this module and `vireo-io`'s driver know about
 //! glommio, threads, sockets and real files; everything they feed is the simulator-proven node.
 
+pub mod accept_backoff;
 pub mod config;
 pub mod cors;
 pub mod gateway;

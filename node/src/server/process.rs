@@ -399,6 +399,7 @@ pub fn node_config(config: &ServerConfig, tcp_port: u16, shards: u16) -> NodeCon
         cluster_name: config.cluster.name.clone(),
         roster,
         password_cost: PasswordCost::Production,
+        min_free_bytes: config.system.min_free_bytes,
     }
 }
 
@@ -568,6 +569,7 @@ fn run(args: Args) -> Result<(), String> {
         tcp_tls,
         http_tls,
         http_tls_refused: AtomicU64::new(0),
+        descriptors_refused: Arc::new(AtomicU64::new(0)),
         jwt_secret,
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;

@@ -28,8 +28,10 @@ use vireo_io::glommio::{ClientTls, DriverConfig, DriverEvent, GlommioIo, NetEven
 use vireo_io::{Io, OutFrame, Peer, TICK_NS};
 use vireo_protocol::replica::{ReplicaEvent, Status};
 
+use crate::disk_reserve::ReserveChange;
 use crate::node::{Node, NodeConfig, NodeEvent};
 use crate::node_io::{ChannelFull, ConnectionId, NodeIo, ShardMessage};
+use crate::server::accept_backoff::{is_exhaustion, AcceptBackoff, EpisodeLine, SpareDescriptor};
 use crate::server::config::ServerConfig;
 use crate::server::gateway::{Gateway, GatewayInput};
 use crate::server::http_api::linearizable::{MetadataLeader, PrimaryRedirect};
@@ -88,6 +90,9 @@ pub struct ServerShared {
     pub http_tls: Option<ClientTls>,
     /// HTTPS connections closed for their handshake (shard 0 serves HTTP).
     pub http_tls_refused: AtomicU64,
+    /// Client connections accepted only to be closed: the process was out of file descriptors
+    /// (`accept_backoff`).
+    pub descriptors_refused: Arc<AtomicU64>,
     /// The HTTP API's signing key (`http.jwt`).
     pub jwt_secret: Vec<u8>,
 }
@@ -500,6 +505,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
                         server.clone(),
                         shard_count,
                         stop_accepting.clone(),
+                        shared.descriptors_refused.clone(),
                     );
                 }
                 if let Some(gateway) = &state.gateway {
@@ -732,6 +738,25 @@ impl ShardState {
                         }
                     }
                 }
+                // Every shard reads the same disk and refuses on its own; shard 0 says so, once
+                // per episode.
+                NodeEvent::Disk(ReserveChange::Low { free, reserve }) if self.shard == 0 => {
+                    tracing::warn!(
+                        free_bytes = free,
+                        reserve_bytes = reserve,
+                        path = %self.data.display(),
+                        "disk space below the reserve (system.min_free_bytes): sends and creates are refused \
+                         until space is freed; polls, deletes and purges go on"
+                    )
+                }
+                NodeEvent::Disk(ReserveChange::Recovered { free, reserve, refused }) if self.shard == 0 => {
+                    tracing::warn!(
+                        free_bytes = free,
+                        reserve_bytes = reserve,
+                        refused,
+                        "disk space back above the reserve: sends and creates are taken again"
+                    )
+                }
                 NodeEvent::ConnectionRefused { connection } => {
                     tracing::warn!(
                         shard = self.shard,
@@ -855,11 +880,14 @@ impl ShardState {
         }
         if self.shard == 0 {
             self.figures.http_tls_refused = shared.http_tls_refused.load(Ordering::Relaxed);
+            self.figures.descriptors_refused = shared.descriptors_refused.load(Ordering::Relaxed);
         }
         let figures = &mut self.figures;
         figures.net = self.io.net_counters();
         figures.node = self.node.counters;
         figures.connections = self.node.connections() as u64;
+        let disk = self.node.disk_reserve();
+        figures.disk = disk.space().map(|space| (space.free, space.total, disk.reserve(), disk.is_low()));
         let groups = self.node.shard();
         figures.groups = groups.partitions().count() as u64 + groups.metadata().is_some() as u64;
         let (mut elided, mut rebuilt, mut missed) = (0, 0, 0);
@@ -960,6 +988,7 @@ fn accept_connections(
     server: vireo_io::glommio::ConnectionServer,
     shard_count: usize,
     stop: Rc<Cell<Option<std::os::fd::RawFd>>>,
+    descriptors_refused: Arc<AtomicU64>,
 ) {
     let fd = listener.into_raw_fd();
     // SAFETY: the descriptor is a bound, listening TCP socket whose ownership passes here.
@@ -967,19 +996,66 @@ fn accept_connections(
     stop.set(Some(fd));
     glommio::spawn_local(async move {
         let mut next = 0usize;
+        let mut backoff = AcceptBackoff::default();
+        let mut spare = SpareDescriptor::new();
         loop {
             let accepted = match listener.shared_accept().await {
                 Ok(accepted) => accepted,
                 Err(_) if stop.get().is_none() => break,
-                // Out of descriptors, or a connection reset before accept: the listener stays.
                 Err(error) => {
-                    tracing::warn!(%error, "accept failed");
-                    glommio::timer::sleep(Duration::from_millis(10)).await;
-                    continue;
+                    let error = std::io::Error::from(error);
+                    // A connection reset before it was accepted: the next one.
+                    if !is_exhaustion(&error) {
+                        tracing::debug!(%error, "accept failed");
+                        continue;
+                    }
+                    let (wait, line) = backoff.on_exhausted(std::time::Instant::now());
+                    if line.is_some() {
+                        tracing::warn!(
+                            %error,
+                            "out of file descriptors: new connections are refused until some close \
+                             (raise the limit, `ulimit -n`, or lower tcp.connections_max_per_shard)"
+                        );
+                    }
+                    // The spare descriptor makes room for one waiting connection. If the spare
+                    // cannot be taken back after it, the process is still at its limit: that
+                    // connection is refused (closed). Otherwise room came back meanwhile and it
+                    // is served like any other.
+                    if spare.release() {
+                        let surplus = listener.shared_accept().await;
+                        spare.retake();
+                        match surplus {
+                            Ok(surplus) if !spare.held() => {
+                                drop(surplus.bind_to_executor());
+                                spare.retake();
+                                backoff.on_refused();
+                                descriptors_refused.fetch_add(1, Ordering::Relaxed);
+                                glommio::timer::sleep(wait).await;
+                                continue;
+                            }
+                            Ok(surplus) => surplus,
+                            Err(_) => {
+                                glommio::timer::sleep(wait).await;
+                                continue;
+                            }
+                        }
+                    } else {
+                        spare.retake();
+                        glommio::timer::sleep(wait).await;
+                        continue;
+                    }
                 }
             };
             if stop.get().is_none() {
                 break;
+            }
+            if let Some(EpisodeLine::Ended(episode)) = backoff.on_accepted() {
+                tracing::warn!(
+                    refused = episode.refused,
+                    failed_accepts = episode.failures,
+                    lasted_ms = episode.since.elapsed().as_millis() as u64,
+                    "file descriptors available again: accepting connections"
+                );
             }
             let target = next % shard_count;
             next += 1;

@@ -56,7 +56,26 @@ impl Server {
     }
 
     pub fn start_with(data: &Path, env: &[(&str, &str)], args: &[&str]) -> Server {
+        Server::start_limited(data, env, args, None)
+    }
+
+    /// As `start_with`, with at most `files_max` open file descriptors (`ulimit -n`) when given.
+    pub fn start_limited(data: &Path, env: &[(&str, &str)], args: &[&str], files_max: Option<u64>) -> Server {
         let mut command = Command::new(SERVER);
+        if let Some(files_max) = files_max {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit(2) only, between fork and exec.
+            unsafe {
+                command.pre_exec(move || {
+                    let limit = libc::rlimit { rlim_cur: files_max, rlim_max: files_max };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         command
             .args(args)
             .env("VIREO_SYSTEM_PATH", data)
@@ -238,4 +257,33 @@ pub fn sample(text: &str, name_and_labels: &str) -> u64 {
         .filter(|line| line.split(' ').next() == Some(name_and_labels))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// An Iggy SDK client of `address` that does not reconnect by itself (the tests decide).
+pub fn sdk_client(address: SocketAddr) -> iggy::prelude::IggyClient {
+    iggy::prelude::IggyClient::builder()
+        .with_tcp()
+        .with_server_address(address.to_string())
+        .with_reconnection_max_retries(Some(0))
+        .build()
+        .expect("a client")
+}
+
+/// A client logged in as the default root once the server answers (tried for 30 s at most).
+pub async fn root_client(address: SocketAddr) -> iggy::prelude::IggyClient {
+    use iggy::prelude::*;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let client = sdk_client(address);
+        let ready = async {
+            client.connect().await?;
+            client.login_user(DEFAULT_ROOT_USERNAME, DEFAULT_ROOT_PASSWORD).await?;
+            client.get_streams().await
+        };
+        match tokio::time::timeout(Duration::from_secs(5), ready).await {
+            Ok(Ok(_)) => return client,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("the server did not answer: {other:?}"),
+        }
+    }
 }

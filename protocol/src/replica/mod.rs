@@ -21,6 +21,7 @@
 //! replies), `view_change`, `repair` (missing prepares and state transfer), `durability` (the WAL,
 //! superblock and checkpoint pipelines) and `recovery` (open and restart).
 
+mod disk_low;
 mod durability;
 mod forwarded;
 mod normal;
@@ -234,6 +235,10 @@ pub struct Replica<S: StateMachine> {
     held_for_wal: VecDeque<(Header, Bytes)>,
     /// Requests this backup forwarded, kept for the elided prepares of them (`forwarded`).
     forwarded: forwarded::Forwarded,
+    /// The node's disk is below its reserve (`disk_low`), and a prepare past the head was refused
+    /// meanwhile (asked for again once space is back).
+    disk_low: bool,
+    disk_low_dropped: bool,
 
     /// Read rounds: the read index of reads served from this replica (`read_index`).
     read_rounds: ReadRounds,
@@ -307,6 +312,8 @@ impl<S: StateMachine> Replica<S> {
             repair_after_head_requested: false,
             wal_full_dropped: false,
             held_for_wal: VecDeque::new(),
+            disk_low: false,
+            disk_low_dropped: false,
             forwarded: forwarded::Forwarded::default(),
             read_rounds: ReadRounds::default(),
             opening: None,

@@ -42,6 +42,10 @@ impl<S: StateMachine> Replica<S> {
             self.forward_request(io, header, frame);
             return;
         }
+        if self.disk_low && self.config.replica_count > 1 {
+            // Stepping down (`disk_low`): the client's retry finds the next primary.
+            return;
+        }
         if self.request_in_flight(header.client, header.request, register) {
             // Already queued or prepared; the queue may be waiting for room.
             self.primary_prepare(io);
@@ -247,6 +251,9 @@ impl<S: StateMachine> Replica<S> {
             return;
         }
         self.peer_checkpoint(header.checkpoint_op, header.replica);
+        if self.refuses_new_prepare() {
+            return;
+        }
         if self.hold_for_wal_room(&header, &body) {
             return;
         }
@@ -655,7 +662,7 @@ impl<S: StateMachine> Replica<S> {
     }
 
     pub(super) fn on_commit_message_timeout(&mut self, io: &mut impl Io) {
-        if self.status != Status::Normal || !self.is_primary() {
+        if self.status != Status::Normal || !self.is_primary() || self.step_down_for_disk(io) {
             return;
         }
         // Whatever made queued requests wait (a full pipeline, the superblock) may have passed.

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use vireo_io::{Completion, FileId, FileKind, Io, Namespace, Peer, Token, TICK_NS};
+use vireo_node::disk_reserve::{RESERVE_SHARE_OF_TOTAL, STATUS_CANNOT_SAVE_MESSAGES};
 use vireo_node::metadata_plane::MetadataMachine;
 use vireo_node::node::{Node, NodeConfig, NodeEvent};
 use vireo_node::routing::shard_of;
@@ -53,6 +54,9 @@ pub const CLUSTER: u128 = 0x0056_4952_454f_5354;
 pub const CHANNEL_MESSAGES_MAX: usize = 256;
 const CHANNEL_DELAY_NS: u64 = 5_000;
 const SNAPSHOT_SIZE_MAX: u64 = 4 * 1024 * 1024;
+/// The nodes' free-space reserve: a node whose disk is full (`DiskFull`) refuses sends and
+/// creates while its window lasts.
+const MIN_FREE_BYTES: u64 = 1024 * 1024;
 
 enum Event {
     Tick,
@@ -162,6 +166,10 @@ pub struct StreamingCounters {
     pub churn_values_checked: u64,
     pub channel_full_drops: u64,
     pub denials: u64,
+    /// Sends refused because their node's disk was below its reserve, and polls a node answered
+    /// meanwhile.
+    pub sends_refused_disk_low: u64,
+    pub polls_while_disk_low: u64,
     pub assignments_checked: u64,
     pub connections: u64,
     pub connections_refused: u64,
@@ -490,6 +498,7 @@ impl StreamingCluster {
                 cluster_name: "vireo-sim".to_string(),
                 roster: roster.clone(),
                 password_cost: vireo_node::metadata::PasswordCost::Test,
+                min_free_bytes: MIN_FREE_BYTES,
             })
             .collect();
         let mut clients = Vec::new();
@@ -654,8 +663,23 @@ impl StreamingCluster {
         loop {
             let node = &mut self.nodes[index as usize];
             let Some(event) = node.shards.get_mut(shard as usize).and_then(Node::poll_event) else { return Ok(()) };
+            let disk_low = node.shards[shard as usize].disk_reserve().is_low();
             let NodeEvent::Replica(ShardEvent { namespace, incarnation, event }) = event else {
                 match event {
+                    // Below its reserve a node refuses every send at its front door.
+                    NodeEvent::Admitted {
+                        operation: vireo_node::partition::request::OPERATION_SEND_MESSAGES,
+                        request,
+                        ..
+                    } if disk_low => {
+                        return Err(format!(
+                            "n{index}/s{shard} admitted send request {request} while its disk was below its reserve"
+                        ));
+                    }
+                    NodeEvent::ReadLocally { .. } if disk_low => {
+                        self.counters.polls_read_locally += 1;
+                        self.counters.polls_while_disk_low += 1;
+                    }
                     NodeEvent::ConnectionRefused { .. } => self.counters.connections_refused += 1,
                     NodeEvent::SessionOpened { .. } => self.counters.sessions_opened += 1,
                     NodeEvent::SessionEnding { .. } => self.counters.sessions_ended += 1,
@@ -1196,6 +1220,7 @@ impl StreamingCluster {
                 }
                 Observation::SendFailed { values, status } => {
                     self.counters.denials += 1;
+                    self.counters.sends_refused_disk_low += (status == STATUS_CANNOT_SAVE_MESSAGES) as u64;
                     self.log(|| format!("c{index} send failed status={status}"));
                     if status == STATUS_INVALID_FORMAT {
                         // The workload's batches are always valid: a group refused one it should
@@ -1348,6 +1373,7 @@ impl StreamingCluster {
         }
         let line = match event {
             NodeEvent::Replica(_) => return,
+            NodeEvent::Disk(change) => format!("disk: {change:?}"),
             NodeEvent::ConnectionOpened { connection } => format!("connection {connection} opened"),
             NodeEvent::ConnectionRefused { connection } => format!("connection {connection} refused (shard full)"),
             NodeEvent::ConnectionClosed { connection } => format!("connection {connection} closed"),
@@ -1423,8 +1449,11 @@ impl StreamingCluster {
         if let Some(full) = self.scenario.disk_full {
             let disk = &mut self.nodes[full.node as usize].disk;
             if self.tick == full.from_tick {
-                // Full from here: what the files hold now is all the space there is.
-                disk.capacity = Some(disk.listing().iter().map(|(_, size)| size).sum());
+                // Full from here: what the files hold now is all the space there is, and perhaps
+                // half a reserve more.
+                let used: u64 = disk.listing().iter().map(|(_, size)| size).sum();
+                let room = if full.room { MIN_FREE_BYTES.min(used / RESERVE_SHARE_OF_TOTAL) / 2 } else { 0 };
+                disk.capacity = Some(used + room);
             } else if self.tick == full.from_tick + full.ticks {
                 disk.capacity = None;
             }

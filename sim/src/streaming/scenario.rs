@@ -70,6 +70,10 @@ pub struct DiskFull {
     pub node: u8,
     pub from_tick: u64,
     pub ticks: u64,
+    /// In half the windows the disk keeps a little room, less than the node's free-space
+    /// reserve: the node refuses its clients' sends while the writes it already took (and its
+    /// peers' prepares) still land, until they fill it.
+    pub room: bool,
 }
 
 impl DiskFull {
@@ -84,6 +88,7 @@ impl DiskFull {
             node: ((hash >> 8) % nodes as u64) as u8,
             from_tick: safety_ticks / 8 + (hash >> 16) % (safety_ticks / 2).max(1),
             ticks: 100 + (hash >> 40) % 900,
+            room: (hash >> 60) & 1 == 1,
         })
     }
 }
@@ -225,8 +230,13 @@ impl fmt::Display for StreamingScenario {
             self.retention.segment_size,
             self.retention.message_expiry_us,
             self.retention.max_topic_size,
-            self.disk_full
-                .map_or("none".to_string(), |full| format!("n{}@{}+{}", full.node, full.from_tick, full.ticks)),
+            self.disk_full.map_or("none".to_string(), |full| format!(
+                "n{}@{}+{}{}",
+                full.node,
+                full.from_tick,
+                full.ticks,
+                if full.room { "+room" } else { "" }
+            )),
             self.primary_isolation
                 .map_or("none".to_string(), |isolation| format!("{}/{}", isolation.ticks, isolation.every_ticks)),
             self.volume.name(),

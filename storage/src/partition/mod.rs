@@ -283,6 +283,9 @@ pub struct PartitionLog {
     retained_from: u64,
     superblock_writing: Option<u64>,
     superblock_wanted: bool,
+    /// A superblock write a full disk refused: tried again at the next `retry_refused_writes`
+    /// (a tick), not at once, or a full disk turns each refusal into the next attempt.
+    superblock_refused: bool,
     /// Segments to delete, each once the superblock of that sequence (which no longer retains
     /// them) is durable: (sequence, start offset).
     delete_after_superblock: Vec<(u64, u64)>,
@@ -358,6 +361,7 @@ impl PartitionLog {
             retained_from: 0,
             superblock_writing: None,
             superblock_wanted: false,
+            superblock_refused: false,
             delete_after_superblock: Vec::new(),
             reads: BTreeMap::new(),
             parked: Vec::new(),
@@ -746,6 +750,15 @@ impl PartitionLog {
         }
     }
 
+    /// Called once a tick by the log's owner: a superblock write that a full disk refused is
+    /// tried again.
+    pub fn retry_refused_writes(&mut self, io: &mut impl Io) {
+        if std::mem::take(&mut self.superblock_refused) {
+            self.superblock_wanted = true;
+            self.pump(io);
+        }
+    }
+
     /// Feeds a completion that `token_owner` says is this log's.
     pub fn on_completion(&mut self, io: &mut impl Io, completion: Completion) {
         let token = completion.token();
@@ -785,7 +798,7 @@ impl PartitionLog {
                     // full disk damaged nothing: try again.
                     Completion::Write { result: Err(IoError::NoSpace), .. } => {
                         self.superblock_writing = None;
-                        self.superblock_wanted = true;
+                        self.superblock_refused = true;
                     }
                     Completion::Write { result: Err(error), .. } => self.fail(error),
                     other => panic!("superblock write completed as {other:?}"),
