@@ -145,7 +145,15 @@ pub struct NetCounters {
     pub bytes_out: u64,
 }
 
+thread_local! {
+    /// The errno of the last OS error this shard's driver mapped to an `IoError`: read when the
+    /// failed request completes (on the same thread, in the same poll of its task), so that a
+    /// failed write or sync is reported with the operating system's own word for it.
+    static LAST_ERRNO: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
 fn io_error(error: &io::Error) -> IoError {
+    LAST_ERRNO.set(error.raw_os_error());
     match error.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::EDQUOT) => IoError::NoSpace,
         Some(libc::ENOENT) => IoError::NotFound,
@@ -319,6 +327,38 @@ struct Shared {
     net_counters: Cell<NetCounters>,
     /// What client frames are read into, given back by the node once answered.
     receive_buffers: RefCell<crate::receive_buffers::ReceiveBuffers>,
+    /// Writes, syncs and truncates that failed, for the shard's log (`take_storage_failures`):
+    /// at most `STORAGE_FAILURES_MAX` wait; past it they are only counted.
+    storage_failures: RefCell<VecDeque<StorageFailure>>,
+    storage_failures_dropped: Cell<u64>,
+}
+
+/// Failed writes, syncs and truncates held for the shard's log at most.
+pub const STORAGE_FAILURES_MAX: usize = 16;
+
+/// A write, sync or truncate of a data file that failed: what the operator reads in the log.
+#[derive(Clone, Debug)]
+pub struct StorageFailure {
+    pub path: PathBuf,
+    pub what: &'static str,
+    /// The operating system's error number (EIO, EROFS, ENOSPC, ...), when it gave one.
+    pub errno: Option<i32>,
+    pub error: IoError,
+}
+
+impl std::fmt::Display for StorageFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.errno {
+            Some(errno) => write!(
+                f,
+                "{} of {} failed: {} (errno {errno})",
+                self.what,
+                self.path.display(),
+                io::Error::from_raw_os_error(errno)
+            ),
+            None => write!(f, "{} of {} failed: {}", self.what, self.path.display(), self.error),
+        }
+    }
 }
 
 /// An open client connection as the driver holds it.
@@ -431,7 +471,25 @@ impl Shared {
         Ok(())
     }
 
-    fn complete(&self, completion: Completion) {
+    fn complete(&self, file: Option<FileId>, completion: Completion) {
+        let failed = match &completion {
+            Completion::Write { result: Err(error), .. } => Some(("write", *error)),
+            Completion::Sync { result: Err(error), .. } => Some(("sync", *error)),
+            Completion::Truncate { result: Err(error), .. } => Some(("truncate", *error)),
+            _ => None,
+        };
+        // A file that is not there is an answer, not a failure (a truncate or sync of a file not
+        // written yet).
+        let failed = failed.filter(|(_, error)| *error != IoError::NotFound);
+        if let (Some(file), Some((what, error))) = (file, failed) {
+            let errno = LAST_ERRNO.take();
+            let mut failures = self.storage_failures.borrow_mut();
+            if failures.len() < STORAGE_FAILURES_MAX {
+                failures.push_back(StorageFailure { path: self.path(file), what, errno, error });
+            } else {
+                self.storage_failures_dropped.set(self.storage_failures_dropped.get() + 1);
+            }
+        }
         self.completions.borrow_mut().push_back(completion);
         self.ready.signal(1);
         self.any.signal(1);
@@ -688,7 +746,7 @@ async fn run_direct_queue(shared: Rc<Shared>, file: FileId) {
                     Err(error) => Err(error),
                 };
                 for token in tokens {
-                    shared.complete(Completion::Write { token, result });
+                    shared.complete(Some(file), Completion::Write { token, result });
                 }
             }
             DirectOp::Sync { token } => {
@@ -700,14 +758,14 @@ async fn run_direct_queue(shared: Rc<Shared>, file: FileId) {
                     Err(IoError::NotFound) => Ok(()),
                     Err(error) => Err(error),
                 };
-                shared.complete(Completion::Sync { token, result });
+                shared.complete(Some(file), Completion::Sync { token, result });
             }
             DirectOp::Truncate { len, token } => {
                 let result = match handle {
                     Ok(direct) => direct.truncate(len).await,
                     Err(error) => Err(error),
                 };
-                shared.complete(Completion::Truncate { token, result });
+                shared.complete(Some(file), Completion::Truncate { token, result });
             }
             DirectOp::PadTail(_) => unreachable!("handled above"),
         }
@@ -755,6 +813,8 @@ impl GlommioIo {
                 handshaking: Cell::new(0),
                 net_counters: Cell::new(NetCounters::default()),
                 receive_buffers: RefCell::new(crate::receive_buffers::ReceiveBuffers::default()),
+                storage_failures: RefCell::new(VecDeque::new()),
+                storage_failures_dropped: Cell::new(0),
             }),
             in_flight: Rc::new(Cell::new(0)),
             started: std::time::Instant::now(),
@@ -908,14 +968,22 @@ impl GlommioIo {
         self.shared.enqueue_direct(file, op);
     }
 
-    fn spawn(&mut self, task: impl std::future::Future<Output = Completion> + 'static) {
+    /// Runs a request of `file` (none: a listing) to its completion.
+    fn spawn(&mut self, file: Option<FileId>, task: impl std::future::Future<Output = Completion> + 'static) {
         self.in_flight.set(self.in_flight.get() + 1);
         let shared = self.shared.clone();
         glommio::spawn_local(async move {
             let completion = task.await;
-            shared.complete(completion);
+            shared.complete(file, completion);
         })
         .detach();
+    }
+
+    /// The writes, syncs and truncates that failed since the last call, and how many more were
+    /// only counted (`STORAGE_FAILURES_MAX`).
+    pub fn take_storage_failures(&mut self) -> (Vec<StorageFailure>, u64) {
+        let failures = self.shared.storage_failures.borrow_mut().drain(..).collect();
+        (failures, self.shared.storage_failures_dropped.take())
     }
 }
 
@@ -989,7 +1057,7 @@ impl Io for GlommioIo {
 
     fn read(&mut self, file: FileId, offset: u64, len: usize, token: Token) {
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(Some(file), async move {
             let result = async {
                 let handle = match shared.open_for_read(file).await {
                     Ok(Handle::Buffered(handle)) => handle,
@@ -1033,7 +1101,7 @@ impl Io for GlommioIo {
             return self.direct(file, DirectOp::Write { offset, bytes, token });
         }
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(Some(file), async move {
             let result = async {
                 let Handle::Buffered(handle) = shared.open(file, true).await? else { unreachable!("buffered file") };
                 if bytes.is_empty() {
@@ -1053,7 +1121,7 @@ impl Io for GlommioIo {
             return self.direct(file, DirectOp::Write { offset, bytes: joined.into(), token });
         }
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(Some(file), async move {
             let result = async {
                 let Handle::Buffered(handle) = shared.open(file, true).await? else { unreachable!("buffered file") };
                 write_all(&handle, offset, &[&parts[0], &parts[1]])
@@ -1068,7 +1136,7 @@ impl Io for GlommioIo {
             return self.direct(file, DirectOp::Sync { token });
         }
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(Some(file), async move {
             let result = async {
                 let handle = match shared.open(file, false).await {
                     Ok(Handle::Buffered(handle)) => handle,
@@ -1089,7 +1157,7 @@ impl Io for GlommioIo {
             return self.direct(file, DirectOp::Truncate { len, token });
         }
         let shared = self.shared.clone();
-        self.spawn(async move {
+        self.spawn(Some(file), async move {
             let result = async {
                 let Handle::Buffered(handle) = shared.open(file, false).await? else { unreachable!("buffered file") };
                 handle.truncate(len).await.map_err(glommio_error)
@@ -1104,7 +1172,7 @@ impl Io for GlommioIo {
         shared.files.borrow_mut().open.retain(|(open, _), _| *open != file);
         shared.files.borrow_mut().closed_direct_ends.remove(&file);
         shared.unsynced_entries.borrow_mut().remove(&file);
-        self.spawn(async move {
+        self.spawn(Some(file), async move {
             let result = match glommio::io::remove(shared.path(file)).await.map_err(glommio_error) {
                 Ok(()) | Err(IoError::NotFound) => Ok(()),
                 Err(error) => Err(error),
@@ -1115,7 +1183,7 @@ impl Io for GlommioIo {
 
     fn list(&mut self, namespace: Namespace, token: Token) {
         let directory = self.shared.root.join(namespace.directory());
-        self.spawn(async move {
+        self.spawn(None, async move {
             let mut files = Vec::new();
             let mut result = Ok(());
             for (sub, prefix) in

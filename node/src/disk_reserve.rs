@@ -15,10 +15,18 @@
 //! default is sized for a server's disk, and on a small one it would leave nothing to write.
 //! It is left only once free space is a tenth of the reserve above it, so that a node that
 //! hovers at the line does not flip on every tick.
+//!
+//! A disk that failed a write or sync (EIO, EROFS) is worse: no write is retried and trusted
+//! after that ("fsyncgate"), so a single node whose group stopped on one refuses every request
+//! that would write (`on_storage_failed`; the reference's codes above, 1 "Error" for the rest:
+//! logins, logouts, offsets, the other metadata commands) and answers reads from what it holds,
+//! until it is restarted on a good disk. A cluster node exits instead: its peers go on, and
+//! repair it once it restarts.
 
 use vireo_io::DiskSpace;
 
 use crate::metadata_plane::OPERATIONS;
+use crate::node::OPERATION_NON_REPLICATED;
 use crate::partition::request::OPERATION_SEND_MESSAGES;
 
 /// The reference's error codes (`IggyError`) a refusal answers with, by what was refused:
@@ -28,6 +36,8 @@ pub const STATUS_CANNOT_SAVE_MESSAGES: u32 = 4006;
 pub const STATUS_CANNOT_CREATE_STREAM: u32 = 1006;
 pub const STATUS_CANNOT_CREATE_TOPIC: u32 = 2006;
 pub const STATUS_CANNOT_CREATE_PARTITION: u32 = 3000;
+/// `Error`: what any other write is refused with once the disk failed.
+pub const STATUS_ERROR: u32 = 1;
 
 /// The reserve is at most the file system's size divided by this.
 pub const RESERVE_SHARE_OF_TOTAL: u64 = 20;
@@ -41,6 +51,8 @@ pub struct DiskReserve {
     low: bool,
     /// Requests refused since the node last went low.
     refused_in_episode: u64,
+    /// A write or sync of one of the node's groups failed: every write is refused for good.
+    storage_failed: bool,
 }
 
 /// A change of state, for the driver's log (one line in, one line out).
@@ -56,7 +68,7 @@ pub enum ReserveChange {
 impl DiskReserve {
     /// `min_free_bytes` 0: no reserve.
     pub fn new(min_free_bytes: u64) -> DiskReserve {
-        DiskReserve { min_free_bytes, space: None, low: false, refused_in_episode: 0 }
+        DiskReserve { min_free_bytes, space: None, low: false, refused_in_episode: 0, storage_failed: false }
     }
 
     /// The reserve on a file system of `total` bytes.
@@ -75,6 +87,15 @@ impl DiskReserve {
 
     pub fn is_low(&self) -> bool {
         self.low
+    }
+
+    pub fn storage_failed(&self) -> bool {
+        self.storage_failed
+    }
+
+    /// A group's write or sync failed: from now on every write is refused.
+    pub fn on_storage_failed(&mut self) {
+        self.storage_failed = true;
     }
 
     /// A new reading of the disk. A disk that cannot be read any more refuses nothing: the
@@ -103,6 +124,9 @@ impl DiskReserve {
 
     /// The status a request of `operation` is refused with now, if it is.
     pub fn refusal(&mut self, operation: u8) -> Option<u32> {
+        if self.storage_failed && operation != OPERATION_NON_REPLICATED {
+            return Some(refused_with(operation).unwrap_or(STATUS_ERROR));
+        }
         if !self.low {
             return None;
         }
@@ -175,6 +199,24 @@ mod tests {
             Some(ReserveChange::Recovered { free: 12 * MIB, reserve: 10 * MIB, refused: 4 })
         );
         assert_eq!(reserve.refusal(OPERATION_SEND_MESSAGES), None);
+    }
+
+    #[test]
+    fn a_failed_disk_refuses_every_write_for_good_and_no_read() {
+        let mut reserve = DiskReserve::new(10 * MIB);
+        reserve.on_storage_failed();
+        assert_eq!(reserve.refusal(OPERATION_SEND_MESSAGES), Some(STATUS_CANNOT_SAVE_MESSAGES));
+        assert_eq!(reserve.refusal(132), Some(STATUS_CANNOT_CREATE_TOPIC));
+        for operation in [1, 3, 130, 141, OPERATION_STORE_CONSUMER_OFFSET] {
+            assert_eq!(reserve.refusal(operation), Some(STATUS_ERROR), "operation {operation}");
+        }
+        assert_eq!(reserve.refusal(OPERATION_NON_REPLICATED), None, "reads are answered");
+        reserve.observe(disk(500 * MIB, 1000 * MIB));
+        assert_eq!(
+            reserve.refusal(OPERATION_SEND_MESSAGES),
+            Some(STATUS_CANNOT_SAVE_MESSAGES),
+            "space does not heal it"
+        );
     }
 
     #[test]

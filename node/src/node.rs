@@ -286,8 +286,9 @@ pub struct NodeCounters {
     /// read index came within `READ_INDEX_ROUNDS_MAX` rounds (no quorum answers, or the group's
     /// replica here does not catch up).
     pub reads_refused: u64,
-    /// Sends and creates refused because the disk's free space was below the reserve.
-    pub writes_refused_disk_low: u64,
+    /// Writes refused for the disk: sends and creates while its free space was below the
+    /// reserve, and every write once it failed (`disk_reserve`).
+    pub writes_refused_disk: u64,
 }
 
 /// A poll waiting for its segment-log read.
@@ -536,6 +537,12 @@ impl Node {
         &self.disk
     }
 
+    /// A group of this node (a single node) stopped on a failed write or sync: from now on the
+    /// node refuses every write and answers reads, until it is restarted (`disk_reserve`).
+    pub fn on_storage_failed(&mut self) {
+        self.disk.on_storage_failed();
+    }
+
     pub fn poll_event(&mut self) -> Option<NodeEvent> {
         self.events.pop_front()
     }
@@ -699,10 +706,13 @@ impl Node {
             return;
         }
         self.forget_stale_login(connection);
+        // A login is refused only once the disk failed (it would be written); anything else only
+        // for a client that may make it.
         let logged_in = self.connections.get(&connection).is_some_and(|conn| conn.logged_in().is_some())
-            && self.bug() != Some(Bug::SendPastDiskReserve);
-        if let Some(status) = self.disk.refusal(header.operation).filter(|_| logged_in) {
-            self.counters.writes_refused_disk_low += 1;
+            || header.operation == OPERATION_REGISTER;
+        let refusal = self.disk.refusal(header.operation).filter(|_| logged_in);
+        if let Some(status) = refusal.filter(|_| self.bug() != Some(Bug::SendPastDiskReserve)) {
+            self.counters.writes_refused_disk += 1;
             self.deny(io, connection, &header, status);
             return;
         }
@@ -1256,6 +1266,14 @@ impl Node {
             replica.status() == Status::Normal && replica.is_primary() && replica.op() > replica.commit_min()
         });
         if self.bug() == Some(Bug::PollWithoutReadIndex) || (self.bug() == Some(Bug::PollPastCommit) && past_commit) {
+            self.answer_poll(io, connection, request, poll);
+            return;
+        }
+        // A single node whose disk failed commits nothing more (its groups stopped, its front
+        // door refuses every write): what its replicas executed is the last state any client was
+        // acknowledged, so it is read as it is, without a round the stopped replica would not
+        // answer.
+        if self.disk.storage_failed() && self.config.shard.partition.replica_count == 1 {
             self.answer_poll(io, connection, request, poll);
             return;
         }

@@ -130,6 +130,13 @@ impl Group<PartitionMachine> {
         if self.replica.superseded() {
             return;
         }
+        // A group stopped on a failed write or sync writes nothing more: its log stays as it
+        // is, and only its reads are taken on.
+        if self.replica.failed() {
+            let segments = self.segments.as_mut().expect("a partition group has a segment log");
+            segments.take_reads_only(&mut GroupIo::new(io, self.slot, &mut self.in_flight));
+            return;
+        }
         if self.replica.status() == Status::Opening {
             self.fill(io);
             return;
@@ -146,6 +153,11 @@ impl Group<PartitionMachine> {
         let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };
         segments.set_enforced(self.replica.config().sync_writes);
         segments.follow(&mut group_io, self.replica.state_machine_mut(), ready, checkpoint);
+        if let Some(what) = segments.take_device_failure() {
+            // Not written again and trusted: the group stops, as on a failed WAL write.
+            self.replica.fail_storage(what);
+            return;
+        }
         if self.replica.status() == Status::Normal {
             segments.speculate(&mut group_io, &self.replica);
         }
@@ -473,7 +485,9 @@ impl<M: MetadataPlane> Shard<M> {
             group.replica.tick(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
             let segments = group.segments.as_mut().expect("a partition group has a segment log");
             segments.tick();
-            segments.sync_if_idle(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
+            if !group.replica.failed() {
+                segments.sync_if_idle(&mut GroupIo::new(io, group.slot, &mut group.in_flight));
+            }
             group.follow(io);
             self.drain_events(namespace);
         }

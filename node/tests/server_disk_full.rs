@@ -138,7 +138,7 @@ async fn a_full_disk_refuses_sends_at_once_serves_reads_and_resumes_when_space_i
     let stats = client.get_stats().await.unwrap();
     assert!(stats.free_disk_space.as_bytes_u64() > 0 && stats.total_disk_space.as_bytes_u64() > 0);
     await_metric(&server, "vireo_disk_below_reserve", 1);
-    assert!(server.metric("vireo_refusals_total{reason=\"disk_below_reserve\"}") >= 2);
+    assert!(server.metric("vireo_refusals_total{reason=\"disk\"}") >= 2);
     let output = server.output();
     assert_eq!(count(&output, LOW), 1, "one WARN line going in:\n{output}");
     println!("fault-table: the log: WARN \"{LOW} ...\" (once)");

@@ -764,7 +764,7 @@ fn a_disk_below_its_reserve_refuses_sends_and_creates_and_answers_the_rest() {
         world.run(shard, |node, io| node.tick(io));
     }
     assert_eq!(world.command(send(1, &[42])).0.status, 0);
-    assert_eq!(world.shards.iter().map(|node| node.counters.writes_refused_disk_low).sum::<u64>(), 2);
+    assert_eq!(world.shards.iter().map(|node| node.counters.writes_refused_disk).sum::<u64>(), 2);
     insta::assert_snapshot!("front_door_disk_below_reserve", world.story.join("\n"));
 }
 

@@ -65,9 +65,9 @@ pub const TAIL_BATCHES_MAX: usize = 1 << 15;
 pub const REPAIRS_REFUSED_MAX: u32 = 8;
 /// Peers' fetches one log serves at once.
 pub const FETCHES_SERVED_MAX: usize = 4;
-/// Ticks the log waits after a full disk refused an append before it appends again: the batches
-/// wait in `pending` (they are in the WAL), and a full disk is not asked again at once after
-/// every refusal.
+/// Ticks the log waits after a write was refused (a full disk, a failing one) before it appends
+/// again: the batches wait in `pending` (they are in the WAL), and the disk is not asked again
+/// at once after every refusal.
 pub const REFUSED_APPEND_PAUSE_TICKS: u64 = 10;
 /// Read ids of served fetches carry this bit (the node's poll reads never do).
 const FETCH_READ: u64 = 1 << 63;
@@ -262,6 +262,9 @@ pub struct SegmentLog {
     tick: u64,
     /// The tick a full disk last refused an append (`REFUSED_APPEND_PAUSE_TICKS`).
     refused_at_tick: Option<u64>,
+    /// The device failed a write or sync of the log (not a full disk): the group stops
+    /// (`take_device_failure`) instead of writing it again and trusting it.
+    device_failure: Option<&'static str>,
     /// Reads finished and not yet taken (`take_read`): at most the log's `reads_max`.
     reads_done: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
     /// The last open's report.
@@ -324,6 +327,7 @@ impl SegmentLog {
             awaiting_ready: false,
             tick: 0,
             refused_at_tick: None,
+            device_failure: None,
             reads_done: VecDeque::new(),
             opened: None,
             counters: SegmentLogCounters::default(),
@@ -380,6 +384,17 @@ impl SegmentLog {
     /// Called every tick: a log that fsync is not enforced on is synced once it went a whole
     /// tick without growing, so that what a burst wrote is durable soon after it ends, without a
     /// device flush per batch while it lasts.
+    /// The log's finished reads (and other events) taken in, nothing started: what a group that
+    /// stopped on a failed write still does (`follow` is for a group that goes on).
+    pub fn take_reads_only(&mut self, io: &mut impl Io) {
+        self.drain_events(io);
+    }
+
+    /// What failed on the device since the last call, if anything did: the group stops on it.
+    pub fn take_device_failure(&mut self) -> Option<&'static str> {
+        self.device_failure.take()
+    }
+
     pub fn sync_if_idle(&mut self, io: &mut impl Io) {
         let Some(log) = self.log.as_mut().filter(|log| log.status() == Status::Open) else { return };
         log.retry_refused_writes(io);
@@ -553,7 +568,12 @@ impl SegmentLog {
                     self.opened = Some(report);
                 }
                 PartitionEvent::SegmentDeleted { .. } => self.counters.segments_deleted += 1,
-                PartitionEvent::Failed(_) => self.counters.failures += 1,
+                PartitionEvent::Failed(error) => {
+                    self.counters.failures += 1;
+                    if error == IoError::Device {
+                        self.device_failure.get_or_insert("segment log sync");
+                    }
+                }
                 PartitionEvent::Read { id, result } if id & FILL_READ != 0 => self.on_fill_read(result),
                 PartitionEvent::Read { id, result } => {
                     let damage = match &result {
@@ -595,8 +615,9 @@ impl SegmentLog {
                 PartitionEvent::Rejected { error, .. } => {
                     self.speculated = None;
                     self.cuts_made += 1;
-                    if error == IoError::NoSpace {
-                        self.refused_at_tick = Some(self.tick);
+                    self.refused_at_tick = Some(self.tick);
+                    if error == IoError::Device {
+                        self.device_failure.get_or_insert("segment log write");
                     }
                 }
                 PartitionEvent::Durable { .. } => {}

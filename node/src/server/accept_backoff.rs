@@ -5,8 +5,10 @@
 //! During an episode the connections waiting in the listen backlog are refused, not left hanging:
 //! the listener keeps one spare descriptor (`SpareDescriptor`, `/dev/null`), gives it up to accept
 //! one waiting connection and closes that at once (its client sees the connection closed), then
-//! takes the spare back. Between attempts it waits, twice as long each time up to
-//! `BACKOFF_MAX`, so a process at its limit spends almost no CPU on the surplus, while the
+//! takes the spare back, and goes on with the next one waiting: the surplus is refused as fast as
+//! it comes, and an empty backlog makes the listener wait, not spin. Where the spare cannot help
+//! (it could not be taken back), the listener waits before it tries again, twice as long each
+//! time up to `BACKOFF_MAX`, so a process at its limit spends almost no CPU on it, while the
 //! connections it holds are served as before. The first connection accepted ends the episode.
 
 use std::io;

@@ -1,5 +1,6 @@
 //! The HTTP port (`[http]`), on shard 0: hyper's HTTP/1.1 server over glommio streams, in the
-//! clear or over TLS (`http.tls`). It serves `GET /ping`, the Prometheus text at
+//! clear or over TLS (`http.tls`). It serves `GET /ping`, `GET /health` (503 once the disk
+//! failed), the Prometheus text at
 //! `http.metrics_path` and the HTTP API's routes (`http_api`); any other path is answered 404
 //! with the reference's JSON error body.
 //!
@@ -155,6 +156,16 @@ async fn respond(request: Request<Incoming>, shared: &ServerShared, api: &HttpAp
     let path = parts.uri.path();
     match (&parts.method, path) {
         (&Method::GET, "/ping") => text(StatusCode::OK, "text/plain", "pong".to_string()),
+        // What a load balancer or an orchestrator asks: 503 once the disk failed (a single node
+        // then answers reads only, until it is restarted on a good disk).
+        (&Method::GET, "/health") => match shared.storage_failed.lock().expect("no panic holding it").clone() {
+            None => text(StatusCode::OK, "application/json", r#"{"status":"healthy"}"#.to_string()),
+            Some(failure) => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "application/json",
+                serde_json::json!({ "status": "unhealthy", "reason": failure }).to_string(),
+            ),
+        },
         (&Method::GET, metrics) if metrics == shared.config.http.metrics_path => {
             let figures: Vec<ShardFigures> = shared.stats.iter().map(|stats| stats.read()).collect();
             text(StatusCode::OK, "text/plain; version=0.0.4", crate::server::metrics::render(&figures))
@@ -163,7 +174,7 @@ async fn respond(request: Request<Incoming>, shared: &ServerShared, api: &HttpAp
             let rest = ui.strip_prefix("/ui").unwrap_or_default().trim_start_matches('/');
             crate::server::web_ui::respond(std::path::Path::new(&shared.config.http.web_ui_path), rest).await
         }
-        (_, "/ping") => json_error(StatusCode::METHOD_NOT_ALLOWED, "GET only"),
+        (_, "/ping" | "/health") => json_error(StatusCode::METHOD_NOT_ALLOWED, "GET only"),
         (_, metrics) if metrics == shared.config.http.metrics_path => {
             json_error(StatusCode::METHOD_NOT_ALLOWED, "GET only")
         }

@@ -76,12 +76,22 @@ pub struct ShardFigures {
     pub descriptors_refused: u64,
     /// Replica failures (a write or sync of the group's files that failed).
     pub replica_failures: u64,
-    /// The data directory's file system as the shard last read it: free and total bytes, the
-    /// reserve, and whether new data is refused (`disk_reserve`).
-    pub disk: Option<(u64, u64, u64, bool)>,
+    /// The data directory's file system as the shard last read it (`disk_reserve`).
+    pub disk: DiskFigures,
     pub commands: BTreeMap<&'static str, CommandFigures>,
     /// What the committed metadata holds (shard 0): streams, topics, partitions, users.
     pub catalog: Option<(u64, u64, u64, u64)>,
+}
+
+/// What a shard last knew of its disk (`disk_reserve`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DiskFigures {
+    /// Free and total bytes, when the file system could be read.
+    pub space: Option<(u64, u64)>,
+    pub reserve: u64,
+    pub below_reserve: bool,
+    /// A write or sync failed: writes are refused until a restart.
+    pub failed: bool,
 }
 
 /// A shard's last published figures, read by the metrics endpoint of shard 0.
@@ -302,7 +312,7 @@ pub fn render(shards: &[ShardFigures]) -> String {
         ("replica_link_auth", &|f| f.replica_auth_refused),
         ("replica_link_roster", &|f| f.replica_roster_refused),
         ("tls_handshake", &|f| f.net.tls_refused + f.http_tls_refused),
-        ("disk_below_reserve", &|f| f.node.writes_refused_disk_low),
+        ("disk", &|f| f.node.writes_refused_disk),
         ("file_descriptors", &|f| f.descriptors_refused),
     ];
     for (reason, value) in reasons {
@@ -332,24 +342,30 @@ pub fn render(shards: &[ShardFigures]) -> String {
             "gauge",
             &[(String::new(), first.peers_linked)],
         );
-        if let Some((free, total, reserve, low)) = first.disk {
-            let disk: [(&str, &str, u64); 4] = [
-                ("vireo_disk_free_bytes", "Free bytes of the data directory's file system.", free),
-                ("vireo_disk_total_bytes", "Size of the data directory's file system.", total),
-                (
-                    "vireo_disk_reserve_bytes",
-                    "The free-space reserve (system.min_free_bytes, at most 1/20 of the disk).",
-                    reserve,
-                ),
-                (
-                    "vireo_disk_below_reserve",
-                    "1 while free space is below the reserve: sends and creates are refused.",
-                    low as u64,
-                ),
-            ];
-            for (name, help, value) in disk {
-                counter(&mut out, name, help, "gauge", &[(String::new(), value)]);
-            }
+        let disk = first.disk;
+        let mut gauges = vec![
+            (
+                "vireo_disk_reserve_bytes",
+                "The free-space reserve (system.min_free_bytes, at most 1/20 of the disk).",
+                disk.reserve,
+            ),
+            (
+                "vireo_disk_below_reserve",
+                "1 while free space is below the reserve: sends and creates are refused.",
+                disk.below_reserve as u64,
+            ),
+            (
+                "vireo_disk_failed",
+                "1 once a write or sync failed: writes are refused until a restart on a good disk.",
+                shards.iter().any(|f| f.disk.failed) as u64,
+            ),
+        ];
+        if let Some((free, total)) = disk.space {
+            gauges.push(("vireo_disk_free_bytes", "Free bytes of the data directory's file system.", free));
+            gauges.push(("vireo_disk_total_bytes", "Size of the data directory's file system.", total));
+        }
+        for (name, help, value) in gauges {
+            counter(&mut out, name, help, "gauge", &[(String::new(), value)]);
         }
         if let Some((streams, topics, partitions, users)) = first.catalog {
             counter(&mut out, "vireo_streams", "Streams.", "gauge", &[(String::new(), streams)]);

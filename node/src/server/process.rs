@@ -570,6 +570,7 @@ fn run(args: Args) -> Result<(), String> {
         http_tls,
         http_tls_refused: AtomicU64::new(0),
         descriptors_refused: Arc::new(AtomicU64::new(0)),
+        storage_failed: Mutex::new(None),
         jwt_secret,
     });
     let capacity = shared.config.system.sharding.inbox_capacity as usize;

@@ -36,7 +36,7 @@ use crate::server::config::ServerConfig;
 use crate::server::gateway::{Gateway, GatewayInput};
 use crate::server::http_api::linearizable::{MetadataLeader, PrimaryRedirect};
 use crate::server::http_api::HttpApi;
-use crate::server::metrics::{command_name, AllStats, ShardFigures};
+use crate::server::metrics::{command_name, AllStats, DiskFigures, ShardFigures};
 use crate::server::replica_links::{accept_links, ClusterHealth, LinkIdentity, ReplicaLinks};
 use crate::server::root_credentials::{RootPlan, RootSetup, INTERNAL_CONNECTION};
 use crate::server::snapshot;
@@ -90,6 +90,9 @@ pub struct ServerShared {
     pub http_tls: Option<ClientTls>,
     /// HTTPS connections closed for their handshake (shard 0 serves HTTP).
     pub http_tls_refused: AtomicU64,
+    /// A single node's group stopped on a failed write or sync (the first failure): every shard
+    /// refuses writes from then on, and `/health` says unhealthy.
+    pub storage_failed: Mutex<Option<String>>,
     /// Client connections accepted only to be closed: the process was out of file descriptors
     /// (`accept_backoff`).
     pub descriptors_refused: Arc<AtomicU64>,
@@ -284,7 +287,19 @@ struct ShardState {
     /// Where the snapshot reads the logs and the effective config.
     data: std::path::PathBuf,
     fatal: Option<String>,
+    /// A single node: a group of this shard stopped on a failed write or sync (what to tell the
+    /// other shards, `ServerShared::storage_failed`). A cluster node exits instead (`fatal`).
+    storage_failure: Option<String>,
+    single_node: bool,
+    /// The driver's failed writes and syncs logged in this window, and those left out
+    /// (`STORAGE_FAILURE_LINES_MAX`).
+    failure_lines: (u64, u64, u64),
 }
+
+/// ERROR lines for failed writes and syncs a shard writes per `STORAGE_FAILURE_WINDOW_TICKS` at
+/// most; the rest are counted in one line when the window ends.
+const STORAGE_FAILURE_LINES_MAX: u64 = 8;
+const STORAGE_FAILURE_WINDOW_TICKS: u64 = 1_000;
 
 /// Runs one shard until shutdown; `Err` when a group failed (the process exits non-zero and a
 /// restart recovers from what is durable).
@@ -404,6 +419,9 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         snapshots: Vec::new(),
         data: config.system.path.clone(),
         fatal: None,
+        storage_failure: None,
+        single_node: shared.cluster.is_none(),
+        failure_lines: (0, 0, 0),
     };
     state.drain_node_events();
     let server = state.io.server();
@@ -459,6 +477,21 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         state.drive_root(&mut root, false)?;
         if let Some(fatal) = state.fatal.take() {
             return Err(fatal);
+        }
+        state.log_storage_failures(ticks);
+        if let Some(failure) = state.storage_failure.take() {
+            shared.storage_failed.lock().expect("no panic holding it").get_or_insert(failure);
+        }
+        if !state.node.disk_reserve().storage_failed() {
+            if let Some(failure) = shared.storage_failed.lock().expect("no panic holding it").clone() {
+                state.node.on_storage_failed();
+                if shard == 0 {
+                    tracing::error!(
+                        failure,
+                        "unhealthy: writes are refused until the server is restarted on a good disk"
+                    );
+                }
+            }
         }
         if let Some(fatal) = shared.cluster.as_ref().and_then(|plane| plane.health.fatal()) {
             return Err(fatal);
@@ -695,6 +728,28 @@ impl ShardState {
         self.drain_node_events();
     }
 
+    /// Logs the driver's failed writes and syncs with their files and errnos, at most
+    /// `STORAGE_FAILURE_LINES_MAX` per window.
+    fn log_storage_failures(&mut self, tick: u64) {
+        let (failures, dropped) = self.io.take_storage_failures();
+        let (window, logged, left_out) = &mut self.failure_lines;
+        if tick >= *window + STORAGE_FAILURE_WINDOW_TICKS {
+            if *left_out > 0 {
+                tracing::error!(shard = self.shard, left_out = *left_out, "more failed writes and syncs, not shown");
+            }
+            (*window, *logged, *left_out) = (tick, 0, 0);
+        }
+        *left_out += dropped;
+        for failure in failures {
+            if *logged < STORAGE_FAILURE_LINES_MAX {
+                *logged += 1;
+                tracing::error!(shard = self.shard, "{failure}");
+            } else {
+                *left_out += 1;
+            }
+        }
+    }
+
     /// Logs what the node did that an operator wants to see, and counts it.
     fn drain_node_events(&mut self) {
         while let Some(event) = self.node.poll_event() {
@@ -729,8 +784,28 @@ impl ShardState {
                         }
                         ReplicaEvent::Failed { what, error } => {
                             self.figures.replica_failures += 1;
-                            tracing::error!(shard = self.shard, group, what, %error, "group stopped: a write or sync failed");
-                            self.fatal.get_or_insert(format!("{group}: {what} failed: {error}"));
+                            let failure = format!("{group}: {what} failed: {error}");
+                            if self.single_node {
+                                tracing::error!(
+                                    shard = self.shard,
+                                    group,
+                                    what,
+                                    %error,
+                                    "group stopped: a write or sync failed and is not retried; the node refuses \
+                                     writes and serves reads until it is restarted on a good disk"
+                                );
+                                self.storage_failure.get_or_insert(failure);
+                            } else {
+                                tracing::error!(
+                                    shard = self.shard,
+                                    group,
+                                    what,
+                                    %error,
+                                    "group stopped: a write or sync failed; the node exits and its peers go on \
+                                     (restarted on a good disk, they repair it)"
+                                );
+                                self.fatal.get_or_insert(failure);
+                            }
                         }
                         ReplicaEvent::CheckpointDurable { .. } => {}
                         ReplicaEvent::Rejoined { commit } => {
@@ -887,7 +962,12 @@ impl ShardState {
         figures.node = self.node.counters;
         figures.connections = self.node.connections() as u64;
         let disk = self.node.disk_reserve();
-        figures.disk = disk.space().map(|space| (space.free, space.total, disk.reserve(), disk.is_low()));
+        figures.disk = DiskFigures {
+            space: disk.space().map(|space| (space.free, space.total)),
+            reserve: disk.reserve(),
+            below_reserve: disk.is_low(),
+            failed: disk.storage_failed(),
+        };
         let groups = self.node.shard();
         figures.groups = groups.partitions().count() as u64 + groups.metadata().is_some() as u64;
         let (mut elided, mut rebuilt, mut missed) = (0, 0, 0);
@@ -1025,12 +1105,13 @@ fn accept_connections(
                         let surplus = listener.shared_accept().await;
                         spare.retake();
                         match surplus {
+                            // Refused: the next waiting one at once (an empty backlog makes the
+                            // next accept wait, not fail).
                             Ok(surplus) if !spare.held() => {
                                 drop(surplus.bind_to_executor());
                                 spare.retake();
                                 backoff.on_refused();
                                 descriptors_refused.fetch_add(1, Ordering::Relaxed);
-                                glommio::timer::sleep(wait).await;
                                 continue;
                             }
                             Ok(surplus) => surplus,

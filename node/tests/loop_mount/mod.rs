@@ -39,8 +39,16 @@ impl LoopMount {
         file.set_len(size_mib << 20).map_err(|error| error.to_string())?;
         drop(file);
         run("mkfs.ext4", &["-q", "-F", image.to_str().unwrap()])?;
-        run("mount", &["-o", "loop", image.to_str().unwrap(), path.to_str().unwrap()])?;
-        Ok(LoopMount { image, path })
+        let mount = LoopMount { image, path };
+        mount.mount()?;
+        Ok(mount)
+    }
+
+    /// Mounted so that an error makes the kernel turn the file system read-only under its
+    /// writers, as it does when the device fails (`fail`).
+    fn mount(&self) -> Result<(), String> {
+        let (image, path) = (self.image.to_str().unwrap(), self.path.to_str().unwrap());
+        run("mount", &["-o", "loop,errors=remount-ro", image, path])
     }
 
     /// A directory on the mount.
@@ -48,14 +56,33 @@ impl LoopMount {
         self.path.join(name)
     }
 
-    /// Remounts the file system read-only under whoever has files open on it: their next writes
-    /// fail with EROFS (what a kernel does to a file system that met an I/O error).
-    pub fn remount_read_only(&self) -> Result<(), String> {
-        run("mount", &["-o", "remount,ro", self.path.to_str().unwrap()])
+    /// The file system meets an error, as on a failing device: ext4 aborts its journal and turns
+    /// read-only under whoever has files open on it, and their next writes and syncs fail with
+    /// EROFS (`/sys/fs/ext4/<device>/trigger_fs_error`).
+    pub fn fail(&self) -> Result<(), String> {
+        let source = Command::new("findmnt")
+            .args(["-n", "-o", "SOURCE", self.path.to_str().unwrap()])
+            .output()
+            .map_err(|error| format!("findmnt: {error}"))?;
+        let device = String::from_utf8_lossy(&source.stdout).trim().rsplit('/').next().unwrap_or_default().to_string();
+        let trigger = format!("/sys/fs/ext4/{device}/trigger_fs_error");
+        std::fs::write(&trigger, "vireo test: a failing disk\n").map_err(|error| format!("{trigger}: {error}"))
     }
 
-    pub fn remount_read_write(&self) -> Result<(), String> {
-        run("mount", &["-o", "remount,rw", self.path.to_str().unwrap()])
+    /// A failed file system made whole again, as an operator would (unmount, fsck, mount): the
+    /// "good disk" a server restarts on.
+    pub fn repair(&self) -> Result<(), String> {
+        run("umount", &[self.path.to_str().unwrap()])?;
+        let status = Command::new("e2fsck")
+            .args(["-f", "-y", self.image.to_str().unwrap()])
+            .output()
+            .map_err(|error| format!("e2fsck: {error}"))?
+            .status;
+        // 0: clean, 1: errors fixed; anything else left it unusable.
+        if !matches!(status.code(), Some(0 | 1)) {
+            return Err(format!("e2fsck: {status}"));
+        }
+        self.mount()
     }
 
     /// Bytes free for an unprivileged writer.

@@ -366,6 +366,12 @@ impl<S: StateMachine> Replica<S> {
         self.failed
     }
 
+    /// A write or sync of a file the group keeps beside its own (a partition's segment log)
+    /// failed on the device: the replica stops as if its own had (`fail_stop`).
+    pub fn fail_storage(&mut self, what: &'static str) {
+        self.fail_stop(IoError::Device, what);
+    }
+
     /// A write or sync failed: nothing this replica holds in memory may be promised any more.
     /// It stops taking inputs; its driver opens it again from what is durable.
     pub(super) fn fail_stop(&mut self, error: IoError, what: &'static str) {

@@ -923,11 +923,16 @@ impl PartitionLog {
         segment.index_written = segment.index.len();
         let (log_file, index_file) = (segment.log_file(namespace), segment.index_file(namespace));
         let index_len = segment.index_written as u64 * segment::INDEX_ENTRY_SIZE as u64;
-        let token = self.token(Op::Ordering);
-        io.truncate(log_file, writing.position, token);
-        let token = self.token(Op::Ordering);
-        io.truncate(index_file, index_len, token);
-        self.ordering_ops += 2;
+        // A device that failed a write is not written again (its owner stops on it): the files
+        // are left as they are, and what lies past the cut in memory (the failed write's bytes,
+        // whole or in part) is a torn tail to the next open. Reads below the cut go on.
+        if error != IoError::Device {
+            let token = self.token(Op::Ordering);
+            io.truncate(log_file, writing.position, token);
+            let token = self.token(Op::Ordering);
+            io.truncate(index_file, index_len, token);
+            self.ordering_ops += 2;
+        }
         // Cut files hold no durable promise until synced, as `start_pending_cut` says too.
         self.dirty.insert(log_file);
         self.dirty.insert(index_file);

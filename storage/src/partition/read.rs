@@ -101,7 +101,9 @@ pub(super) struct ReadInFlight {
 impl PartitionLog {
     /// Starts a read; its result comes back as a `PartitionEvent::Read` with the request's id.
     pub fn read(&mut self, io: &mut impl Io, request: ReadRequest) -> Result<(), ReadError> {
-        if self.status != Status::Open {
+        // A log that failed a write or sync still reads what it wrote before (its owner stops
+        // writing on the failure, and a single node serves what it holds until it restarts).
+        if self.status == Status::Opening {
             return Err(ReadError::NotOpen);
         }
         if self.reads.len() + self.parked.len() >= self.config.reads_max {
@@ -241,8 +243,8 @@ impl PartitionLog {
         let current = self
             .segment_position(in_flight.segment_start)
             .is_some_and(|at| self.segments[at].written_size > in_flight.position);
-        if !current || self.status != Status::Open {
-            if self.status == Status::Open {
+        if !current || self.status == Status::Opening {
+            if self.status != Status::Opening {
                 self.start_read(io, in_flight.request);
             } else {
                 self.finish_read(id, Err(ReadError::NotOpen));
