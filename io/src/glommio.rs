@@ -162,8 +162,14 @@ fn io_error(error: &io::Error) -> IoError {
     }
 }
 
+/// glommio wraps most of its I/O errors with the operation and path, which loses the errno in
+/// the conversion to `io::Error`: it is taken from the error itself (ENOSPC is `NoSpace`, not a
+/// device failure, whichever way it came).
 fn glommio_error<T>(error: glommio::GlommioError<T>) -> IoError {
-    io_error(&io::Error::from(error))
+    match error.raw_os_error() {
+        Some(errno) => io_error(&io::Error::from_raw_os_error(errno)),
+        None => io_error(&io::Error::from(error)),
+    }
 }
 
 struct FileCache {

@@ -148,6 +148,12 @@ impl Group<PartitionMachine> {
         let caught_up = self.replica.commit_min() == self.replica.commit_max();
         let waited_for = self.replica.checkpoint_waiting_for().is_some();
         let ready = self.replica.status() == Status::Normal && (caught_up || waited_for);
+        // A device failure the log saw (in a completion since the last follow) stops the group
+        // before the log is dropped and opened again: its reads go on (`take_reads_only`).
+        if let Some(what) = segments.take_device_failure() {
+            self.replica.fail_storage(what);
+            return;
+        }
         let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
         let durable = self.replica.superblock_durable();
         let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };

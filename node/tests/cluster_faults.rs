@@ -4,12 +4,16 @@
 //! restart on an empty data directory; (b) the primary SIGSTOPped past the view-change timeout, then
 //! continued; (c) one node's replica links cut and healed by the proxy; (d) every node SIGKILLed
 //! at once and restarted at once, on a topic with `enforce_fsync`; and five-node variants of (a) and (c)
-//! with two nodes down at once. Each prints its figures: messages acknowledged, faults, and the
-//! longest unavailability (fault to the next acknowledged send).
+//! with two nodes down at once; (g) one node's disk fails (its ext4 loop mount turns read-only
+//! under it): that node stops with an ERROR line naming the file and errno, the other two go on
+//! taking writes, and restarted on the repaired disk it is repaired by its peers. Each prints its
+//! figures: messages acknowledged, faults, and the longest unavailability (fault to the next
+//! acknowledged send).
 //!
 //! The scenarios run one at a time (`SERIAL`): each runs three to five servers on two cores.
 
 mod cluster_process;
+mod loop_mount;
 mod server_process;
 
 use std::time::{Duration, Instant};
@@ -170,4 +174,39 @@ async fn e_five_nodes_two_sigkilled_at_once() {
 async fn f_five_nodes_two_nodes_links_cut_at_once() {
     let _serial = SERIAL.lock().await;
     tokio::time::timeout(Duration::from_secs(240), cut_links("cluster-f", 5, 2, 2)).await.expect("bounded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn g_three_nodes_one_nodes_disk_fails_and_it_comes_back_on_a_repaired_disk() {
+    let _serial = SERIAL.lock().await;
+    let run = async {
+        let mount =
+            loop_mount::LoopMount::new("cluster-g-disk", 256).unwrap_or_else(|why| panic!("no loop mount: {why}"));
+        let mut cluster = Cluster::new("cluster-g", 3).await;
+        cluster.set_data(2, mount.dir("node-2"));
+        cluster.start_all();
+        create_topic(&cluster.addresses(), true).await;
+        let workload = Workload::start(cluster.addresses(), 4);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        mount.fail().unwrap_or_else(|why| panic!("the file system could not be failed: {why}"));
+        let failed_at = Instant::now();
+        // A cluster node stops on it (its peers go on); it says why first.
+        let status = cluster.server(2).expect("running").wait_exit(Duration::from_secs(20));
+        let output = cluster.server(2).map(|server| server.output()).unwrap_or_default();
+        assert!(status.is_some_and(|status| !status.success()), "node 2 did not stop: {status:?}\n{output}");
+        assert!(output.lines().any(|line| line.contains("ERROR") && line.contains("(errno ")), "{output}");
+        println!(
+            "fault-table: a 3-node cluster, one node's disk fails: that node stops in {} ms (ERROR with file and \
+             errno), the other two keep taking writes",
+            failed_at.elapsed().as_millis()
+        );
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        cluster.kill(2);
+        mount.repair().unwrap_or_else(|why| panic!("the file system could not be repaired: {why}"));
+        cluster.start(2);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let worst = workload.unavailability_after(&[failed_at]);
+        report("cluster-g", workload.finish(&cluster.addresses()).await, 1, worst);
+    };
+    tokio::time::timeout(Duration::from_secs(240), run).await.expect("bounded");
 }

@@ -349,6 +349,12 @@ impl SegmentLog {
         )
     }
 
+    /// The log while it serves reads: open, or failed on a write or sync its group stopped on.
+    pub fn readable_log(&self) -> Option<&PartitionLog> {
+        self.log.as_ref().filter(|log| readable(log.status()))
+    }
+
+    /// The log while it is open for appends.
     pub fn log(&self) -> Option<&PartitionLog> {
         self.log.as_ref().filter(|log| log.status() == Status::Open)
     }
@@ -435,7 +441,7 @@ impl SegmentLog {
         if self.bug == Some(Bug::ReadUncheckedTail) {
             return self.log().map_or(0, |log| log.end_offset());
         }
-        match self.log() {
+        match self.readable_log() {
             Some(_) if !self.damaged && self.cut_wanted.is_none() => self.verified_to,
             _ => 0,
         }
@@ -462,7 +468,7 @@ impl SegmentLog {
             // Dropped once its I/O is done: no new reads keep it waiting.
             return Err(ReadError::NotOpen);
         }
-        let log = self.log.as_mut().filter(|log| log.status() == Status::Open).ok_or(ReadError::NotOpen)?;
+        let log = self.log.as_mut().filter(|log| readable(log.status())).ok_or(ReadError::NotOpen)?;
         let start = match request.start {
             ReadStart::Offset(offset) => offset,
             _ => 0,
@@ -1070,6 +1076,17 @@ impl SegmentLog {
                     && runs.iter().any(|run| run.from_offset <= **start && **start < run.to_offset)
             });
             filled.read.damaged.extend(damaged);
+            if self.replica_count == 1 {
+                // A single node's log that ends before batches its WAL's prepares left out lost
+                // that tail to its device (a sync that failed, or a power cut of a topic that
+                // does not enforce fsync; under enforce_fsync nothing acknowledged is past the
+                // log's durable end). No peer holds them: they are lost, as a damaged run's are,
+                // and the group goes on instead of waiting for them for ever.
+                let end = log.end_offset();
+                let lost =
+                    filled.starts.iter().filter(|start| **start >= end && !filled.read.batches.contains_key(start));
+                filled.read.damaged.extend(lost);
+            }
             return Some(filled.read);
         }
         if !filling.reading {
@@ -1387,4 +1404,10 @@ fn read_covers(read: &ReadBatches, offset: u64) -> bool {
         rest = next;
     }
     false
+}
+
+/// Whether a log in `status` serves reads: an open one, and one that failed a write or sync (its
+/// group stopped on it and writes nothing more; what it wrote before is read until a restart).
+fn readable(status: Status) -> bool {
+    matches!(status, Status::Open | Status::Failed(_))
 }

@@ -475,10 +475,11 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
             handled += 1;
         }
         state.drive_root(&mut root, false)?;
+        // Before a fatal return: the failed write that made it is said with its file first.
+        state.log_storage_failures(ticks);
         if let Some(fatal) = state.fatal.take() {
             return Err(fatal);
         }
-        state.log_storage_failures(ticks);
         if let Some(failure) = state.storage_failure.take() {
             shared.storage_failed.lock().expect("no panic holding it").get_or_insert(failure);
         }

@@ -183,6 +183,16 @@ impl Cluster {
         self.start_node(index, &[], &["--with-default-root-credentials"]);
     }
 
+    /// Node `index` keeps its data in `data` from its next start (a loop mount, say).
+    pub fn set_data(&mut self, index: usize, data: PathBuf) {
+        self.nodes[index].data = data;
+    }
+
+    /// Node `index`'s process, while it runs.
+    pub fn server(&mut self, index: usize) -> Option<&mut Server> {
+        self.nodes[index].server.as_mut()
+    }
+
     /// Starts node `index` with more `VIREO_` variables (a wrong secret, another roster).
     pub fn start_with_env(&mut self, index: usize, env: &[(&str, &str)]) {
         self.start_node(index, env, &["--with-default-root-credentials"]);
