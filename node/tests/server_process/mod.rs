@@ -189,6 +189,11 @@ impl Server {
         }
     }
 
+    /// The process's resident memory now, in bytes (`VmRSS`).
+    pub fn rss_bytes(&self) -> u64 {
+        rss_bytes(self.pid())
+    }
+
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|child| child.try_wait().unwrap().is_none())
     }
@@ -286,4 +291,14 @@ pub async fn root_client(address: SocketAddr) -> iggy::prelude::IggyClient {
             other => panic!("the server did not answer: {other:?}"),
         }
     }
+}
+
+/// A process's resident memory in bytes (`VmRSS` of `/proc/<pid>/status`; 0 once it is gone).
+pub fn rss_bytes(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
 }
