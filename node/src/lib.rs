@@ -167,7 +167,15 @@
 //! replica has caught up, so a partition deleted before the crash is not reopened from a replayed
 //! state.
 //!
-//! A replica whose write or sync fails stops and is opened again from what is durable.
+//! A replica whose write or sync fails stops, and is opened again from what is durable; a failed
+//! write or sync of its segment log stops it too (never written again and trusted). On a single
+//! node the stopped group's log still serves reads, the node refuses every write and says it is
+//! unhealthy until it is restarted; a cluster node exits and its peers repair it once it is back.
+//! A single node's restart that finds the tail of a log lost to its device (past what its WAL's
+//! prepares left out, which under `enforce_fsync` nothing acknowledged is) applies those batches as
+//! lost instead of waiting for a peer it does not have. A full disk is another matter: below the
+//! free-space reserve (`disk_reserve`) a node refuses new data at its front door, and in a cluster
+//! its partition groups take no new prepares (`Replica::set_disk_low`).
 //!
 //! ## Durability
 //!
