@@ -21,6 +21,12 @@ if ! command -v curl >/dev/null 2>&1; then
     "${apt_get[@]}" install -y curl >/dev/null 2>&1 || { "${apt_get[@]}" update >/dev/null && "${apt_get[@]}" install -y curl >/dev/null; }
 fi
 
+# The fault tests make ext4 loop mounts (node/tests/loop_mount): mkfs.ext4, e2fsck, findmnt.
+if ! command -v mkfs.ext4 >/dev/null 2>&1 || ! command -v e2fsck >/dev/null 2>&1 || ! command -v findmnt >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ]; then apt_get=(apt-get); else apt_get=(sudo apt-get); fi
+    "${apt_get[@]}" install -y e2fsprogs util-linux >/dev/null 2>&1 || { "${apt_get[@]}" update >/dev/null && "${apt_get[@]}" install -y e2fsprogs util-linux >/dev/null; }
+fi
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
