@@ -229,7 +229,9 @@ fn a_segment_log_that_ignores_seals_is_caught() {
 /// A partition group that acknowledges prepares and writes its checkpoints before its segment log
 /// holds their batches durably (no message bytes are in a checkpoint) loses, to a crash in between, batches its
 /// checkpoint names and no log holds: a single node's log can then never catch up with its
-/// machine, and the run does not converge. Segment logs sync slowly in a third of the seeds.
+/// machine, and the run does not converge; or, where the lost batches are past the log's end
+/// (which a single node's restart takes as lost), the checkers find acknowledged messages gone.
+/// Segment logs sync slowly in a third of the seeds.
 #[test]
 fn a_group_that_does_not_wait_for_its_segment_log_is_caught() {
     install_panic_hook();
@@ -243,8 +245,11 @@ fn a_group_that_does_not_wait_for_its_segment_log_is_caught() {
             (report.exit_code != 0).then_some((seed, report.exit_code, report.message))
         })
         .expect("log-durability-ignored caught within 150 seeds");
-    assert_eq!(code, 128, "seed {seed}: {message}");
-    assert!(message.contains("log=0.."), "seed {seed}: {message}");
+    match code {
+        128 => assert!(message.contains("log=0.."), "seed {seed}: {message}"),
+        129 => assert!(message.contains("acknowledged"), "seed {seed}: {message}"),
+        _ => panic!("seed {seed}: exit {code}: {message}"),
+    }
 }
 
 /// A front door that admits a send without the send permission is caught by the streaming
