@@ -42,8 +42,9 @@ impl<S: StateMachine> Replica<S> {
             self.forward_request(io, header, frame);
             return;
         }
-        if self.disk_low && self.config.replica_count > 1 {
-            // Stepping down (`disk_low`): the client's retry finds the next primary.
+        if self.disk_low {
+            // Stepping down (`disk_low`, never set on a single replica): the client's retry finds
+            // the next primary.
             return;
         }
         if self.request_in_flight(header.client, header.request, register) {
