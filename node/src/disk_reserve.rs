@@ -36,6 +36,8 @@ pub const STATUS_CANNOT_SAVE_MESSAGES: u32 = 4006;
 pub const STATUS_CANNOT_CREATE_STREAM: u32 = 1006;
 pub const STATUS_CANNOT_CREATE_TOPIC: u32 = 2006;
 pub const STATUS_CANNOT_CREATE_PARTITION: u32 = 3000;
+/// `CannotWriteToFile`: a write the reserve lets through that still met a full disk.
+pub const STATUS_CANNOT_WRITE_TO_FILE: u32 = 10006;
 /// `Error`: what any other write is refused with once the disk failed.
 pub const STATUS_ERROR: u32 = 1;
 
@@ -134,6 +136,20 @@ impl DiskReserve {
         self.refused_in_episode += 1;
         Some(status)
     }
+}
+
+/// What a request of `operation` is answered with when a group refused it because a write for
+/// it met a full disk (`vireo_protocol::replica::STATUS_NO_SPACE`): the same code as a refusal
+/// below the reserve, and `CannotWriteToFile` for the writes the reserve lets through (a login,
+/// an offset, a poll that commits its offset).
+pub fn no_space_status(operation: u8) -> u32 {
+    refused_with(operation).unwrap_or(STATUS_CANNOT_WRITE_TO_FILE)
+}
+
+/// Whether a request of `operation` is new data refused while the disk is low (a send, a
+/// create): also the one a group refuses when its write met a full disk.
+pub fn refused_when_low(operation: u8) -> bool {
+    refused_with(operation).is_some()
 }
 
 /// What a request of `operation` is refused with while the disk is low; `None` for the ones

@@ -376,6 +376,10 @@ fn encode_reply(metadata: &Metadata, result: Result<MetadataResult, u32>) -> Vec
 }
 
 impl StateMachine for MetadataMachine {
+    fn refused_when_disk_full(request: &vireo_protocol::Header) -> bool {
+        crate::disk_reserve::refused_when_low(request.operation)
+    }
+
     fn check_register(&self, timestamp: u64, request: &Header, body: &[u8]) -> Result<(), u32> {
         let proof = LoginProof::decode(body).ok_or(STATUS_INVALID_CREDENTIALS)?;
         let (user_id, refused) = match &proof {

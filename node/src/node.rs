@@ -93,6 +93,7 @@ use vireo_protocol::config::Bug;
 use vireo_protocol::header::{
     encode_frame, group_namespace, group_of, Command, Header, Message, Origin, FRAME_SIZE_MAX,
 };
+use vireo_protocol::replica::STATUS_NO_SPACE;
 use vireo_protocol::request::{batched_requests, OPERATION_REGISTER, OPERATION_UNREGISTER};
 use vireo_protocol::wire::{self, ClientRequest, SendMessagesHead};
 use vireo_protocol::{StateMachine, Status};
@@ -112,7 +113,7 @@ use crate::client_reply::{client_reply_body, node_reply, poll_reply_frame};
 use crate::connection::{
     Connection, InFlight, Login, PurgeQueue, ReplyKind, RequestBody, Stage, PURGE_WINDOW, RESEND_TICKS,
 };
-use crate::disk_reserve::{DiskReserve, ReserveChange};
+use crate::disk_reserve::{self, DiskReserve, ReserveChange};
 use crate::metadata::{
     hash_password, token_hash, verify_password, MetadataCommand, PasswordCost, ReadKind, UserStatus, SALT_SIZE_BYTES,
 };
@@ -2166,18 +2167,30 @@ impl Node {
             return;
         };
         if header.status != 0 {
-            // Refused as it applied (a login whose credential went meanwhile): no session.
+            // Refused as it applied (a login whose credential went meanwhile), or for want of
+            // space (a write met a full disk): no session.
             let in_flight = conn.in_flight.remove(&key).expect("found");
+            let status = if header.status == STATUS_NO_SPACE {
+                self.counters.writes_refused_disk += 1;
+                disk_reserve::no_space_status(in_flight.operation)
+            } else {
+                header.status
+            };
             let refused = conn.waiting_for_session(group);
             if matches!(in_flight.kind, ReplyKind::Login { .. }) {
                 conn.login = Login::Anonymous;
                 self.clients.remove(&header.client);
             }
-            self.answer_in_flight(io, connection, &in_flight, Some(&header), header.status, Vec::new());
+            self.answer_in_flight(io, connection, &in_flight, Some(&header), status, Vec::new());
             for key in refused {
                 let conn = self.connections.get_mut(&connection).expect("still here");
                 let waiting = conn.in_flight.remove(&key).expect("listed");
-                self.answer_in_flight(io, connection, &waiting, Some(&header), header.status, Vec::new());
+                let status = if header.status == STATUS_NO_SPACE {
+                    disk_reserve::no_space_status(waiting.operation)
+                } else {
+                    status
+                };
+                self.answer_in_flight(io, connection, &waiting, Some(&header), status, Vec::new());
             }
             return;
         }

@@ -157,12 +157,20 @@ impl Group<PartitionMachine> {
         let mut group_io = GroupIo::new(io, self.slot, &mut self.in_flight);
         let durable = self.replica.superblock_durable();
         let checkpoint = LogMark { cursor: durable.offset_frontier, retained_from: durable.retained_from };
+        // A full disk refused a write (since the last follow, or in this one): a single replica
+        // refuses the requests whose batches it was for, before anything is appended again.
+        if let Some(stored_to) = segments.take_refused_no_space() {
+            self.replica.refuse_unstored(&mut group_io, stored_to);
+        }
         segments.set_enforced(self.replica.config().sync_writes);
         segments.follow(&mut group_io, self.replica.state_machine_mut(), ready, checkpoint);
         if let Some(what) = segments.take_device_failure() {
             // Not written again and trusted: the group stops, as on a failed WAL write.
             self.replica.fail_storage(what);
             return;
+        }
+        if let Some(stored_to) = segments.take_refused_no_space() {
+            self.replica.refuse_unstored(&mut group_io, stored_to);
         }
         if self.replica.status() == Status::Normal {
             segments.speculate(&mut group_io, &self.replica);

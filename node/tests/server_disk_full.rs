@@ -72,6 +72,21 @@ async fn read_all(client: &IggyClient, topic: &str) -> Vec<u64> {
     }
 }
 
+/// Sends the batch numbered from `first` to "orders" until it is taken (10 s at most) once space
+/// is back, refused with 4006 meanwhile: how long that took.
+async fn send_once_space_is_back(client: &IggyClient, first: u64) -> Duration {
+    let started = Instant::now();
+    loop {
+        match send(client, "orders", first).await {
+            Ok(()) => return started.elapsed(),
+            Err(error) if error.as_code() == 4006 && started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(error) => panic!("sends did not resume once space was back: {error}"),
+        }
+    }
+}
+
 /// Waits (bounded) until `/metrics` shows `value` for `name`: the shards publish every few ticks.
 fn await_metric(server: &Server, name: &str, value: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -156,19 +171,9 @@ async fn a_full_disk_refuses_sends_at_once_serves_reads_and_resumes_when_space_i
 
     // A delete brings space back: sends are taken again by themselves.
     client.delete_topic(&id("disk"), &id("scratch")).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let resumed_in = Instant::now();
-    loop {
-        match send(&client, "orders", orders).await {
-            Ok(()) => break,
-            Err(error) if error.as_code() == 4006 && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(error) => panic!("sends did not resume after the delete: {error}"),
-        }
-    }
+    let resumed_in = send_once_space_is_back(&client, orders).await;
     orders += MESSAGES_PER_BATCH;
-    println!("fault-table: after a delete frees space: sends resume in {} ms", resumed_in.elapsed().as_millis());
+    println!("fault-table: after a delete frees space: sends resume in {} ms", resumed_in.as_millis());
     assert_eq!(read_all(&client, "orders").await, (0..orders).collect::<Vec<_>>());
     await_metric(&server, "vireo_disk_below_reserve", 0);
 
@@ -179,4 +184,98 @@ async fn a_full_disk_refuses_sends_at_once_serves_reads_and_resumes_when_space_i
     assert_eq!(count(&output, BACK), 1, "one WARN line coming out:\n{output}");
     assert!(!output.contains("still in flight"), "{output}");
     println!("fault-table: shutdown: clean (exit 0)");
+}
+
+/// Fills the file system under `dir` with a file of its own until it refuses (ENOSPC): another
+/// process filling the disk, which no reserve foresees. Returns the filler's path.
+fn fill_disk(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0xf1u8; 1 << 20];
+    // 96 MiB at most: bounded by the disk itself, and by this count.
+    for _ in 0..(DISK_MIB + 8) {
+        if let Err(error) = file.write_all(&chunk) {
+            assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "filling: {error}");
+            break;
+        }
+    }
+    // What a partial chunk left: the last blocks, a few bytes at a time.
+    for _ in 0..4096 {
+        if file.write_all(&chunk[..4096]).and_then(|()| file.sync_all()).is_err() {
+            break;
+        }
+    }
+    path
+}
+
+const CUT: &str = "a write met a full disk despite the free-space reserve";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_write_meets_a_full_disk_is_refused_at_once_and_never_stored() {
+    let mount = LoopMount::new("disk-full-no-reserve", DISK_MIB).unwrap_or_else(|why| panic!("no loop mount: {why}"));
+    let data = mount.dir("data");
+    // No reserve: the disk fills under the server, as when another process fills it.
+    let env = [("VIREO_SYSTEM_MIN_FREE_BYTES", "0")];
+    let mut server = Server::start(&data, &env);
+    let client = root_client(server.address).await;
+    client.create_stream("disk").await.unwrap();
+    let options = TopicCreateOptions { partitions_count: Some(1), ..Default::default() };
+    client.create_topic(&id("disk"), "orders", &options).await.unwrap();
+    let mut acknowledged = Vec::new();
+    let mut next = 0;
+    for _ in 0..10 {
+        send(&client, "orders", next).await.unwrap();
+        acknowledged.extend(next..next + MESSAGES_PER_BATCH);
+        next += MESSAGES_PER_BATCH;
+    }
+
+    let filler = fill_disk(&mount.path);
+    let mut refused = 0;
+    let mut slowest = Duration::ZERO;
+    // What the segment's last blocks still take is acknowledged; then every send is refused.
+    for _ in 0..20 {
+        let started = Instant::now();
+        match send(&client, "orders", next).await {
+            Ok(()) => acknowledged.extend(next..next + MESSAGES_PER_BATCH),
+            Err(error) => {
+                assert_eq!(error.as_code(), 4006, "refused with CannotSaveMessagesToSegment, got {error}");
+                refused += 1;
+                slowest = slowest.max(started.elapsed());
+            }
+        }
+        next += MESSAGES_PER_BATCH;
+    }
+    assert!(refused >= 10, "only {refused} of 20 sends refused on a full disk");
+    println!(
+        "fault-table: a send whose write meets ENOSPC (no reserve): refused in at most {} ms ({refused} of 20)",
+        slowest.as_millis()
+    );
+    assert!(slowest < Duration::from_secs(1), "a refusal took {slowest:?}");
+    assert_eq!(
+        read_all(&client, "orders").await,
+        acknowledged,
+        "polls answered: every acknowledged message, no refused one"
+    );
+    let output = server.output();
+    assert_eq!(count(&output, CUT), 1, "one WARN line says what happened (at most one per 10 s):\n{output}");
+    assert!(!output.contains("group stopped"), "the group goes on:\n{output}");
+
+    // Space comes back: sends are taken again by themselves.
+    std::fs::remove_file(&filler).unwrap();
+    let resumed_in = send_once_space_is_back(&client, next).await;
+    acknowledged.extend(next..next + MESSAGES_PER_BATCH);
+    println!("fault-table: ... once the filler is removed: sends resume in {} ms", resumed_in.as_millis());
+
+    // Nothing refused comes back with a restart, and nothing acknowledged is lost.
+    server.kill();
+    let mut server = Server::start(&data, &env);
+    let client = root_client(server.address).await;
+    assert_eq!(read_all(&client, "orders").await, acknowledged);
+    println!(
+        "fault-table: ... restarted: {} acknowledged read back, 0 lost, none of the refused sends stored",
+        acknowledged.len()
+    );
+    let status = server.stop(libc::SIGTERM, Duration::from_secs(20)).expect("a graceful exit");
+    assert!(status.success(), "{status:?}");
 }

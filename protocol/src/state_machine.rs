@@ -24,6 +24,13 @@ pub trait StateMachine: Sized {
     /// checkpoint's ops once it is, and the snapshot alone no longer holds what they wrote.
     const EXTERNAL_LOG: bool = false;
 
+    /// Whether `request` brings new data that a node refuses when its disk is full (a send, a
+    /// create): a single replica whose write met a full disk refuses these among the ops it cut
+    /// (`replica::no_space`); the others are prepared again once space allows.
+    fn refused_when_disk_full(_request: &Header) -> bool {
+        false
+    }
+
     /// Applies one committed request and returns its reply body. `request` is the client's
     /// request header (client, session, request number, operation, command code); `user_id` is
     /// the user its session registered as (the node vouched for it at register time). `body` is

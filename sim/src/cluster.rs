@@ -414,6 +414,9 @@ impl Cluster {
                     ReplicaEvent::LogTruncated { op, sequence } => {
                         format!("r{index} truncated its log below op={op} (start_view sequence {sequence})")
                     }
+                    ReplicaEvent::CutForNoSpace { op, refused, again } => {
+                        format!("r{index} cut its log below op={op} for a full disk: {refused} refused, {again} again")
+                    }
                     ReplicaEvent::Rejoined { commit } => format!("r{index} rejoined at commit={commit}"),
                     ReplicaEvent::Wiping => format!("r{index} wiping an earlier incarnation's files"),
                     ReplicaEvent::Superseded => format!("r{index} superseded by a newer incarnation"),

@@ -197,7 +197,7 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
              connections_refused={} logins={} sessions_opened={} sessions_ended={} incarnations_wiped={} \
              replicas_superseded={} polls_read_locally={} fail_stops={} state_transfers={} checkpoint_chunks={} \
              segments_retained_away={} messages_retained_away={} segments_sealed={} segment_bytes={} \
-             disk_bytes_written={} wal_bytes_written={} writes_refused_full={} sends_refused_disk_low={} polls_while_disk_low={} segment_logs_cut={} \
+             disk_bytes_written={} wal_bytes_written={} writes_refused_full={} sends_refused_disk_low={} cuts_for_no_space={} requests_refused_no_space={} requests_prepared_again={} polls_while_disk_low={} segment_logs_cut={} \
              polls_from_log={} polls_cut={} poll_replies_dropped={} fetches_sent={} batches_fetched={} \
              segment_logs_dropped={} segment_log_failures={} batches_speculated={} tail_cuts={} runs_repaired={} \
              prepares_filled={} prepares_unfilled={} reads_answered={} names_checked={} power_cuts_before_sync={} primaries_isolated={} \
@@ -232,6 +232,9 @@ fn run_streaming(seed: u64, overrides: &Overrides, bug: Option<Bug>, trace: bool
             counters.wal_bytes_written,
             counters.writes_refused_full,
             counters.sends_refused_disk_low,
+            counters.cuts_for_no_space,
+            counters.requests_refused_no_space,
+            counters.requests_prepared_again,
             counters.polls_while_disk_low,
             counters.segment_logs_cut,
             counters.polls_from_log,

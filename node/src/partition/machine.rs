@@ -598,6 +598,10 @@ impl PartitionMachine {
 impl StateMachine for PartitionMachine {
     const EXTERNAL_LOG: bool = true;
 
+    fn refused_when_disk_full(request: &Header) -> bool {
+        crate::disk_reserve::refused_when_low(request.operation)
+    }
+
     fn apply(&mut self, op: u64, timestamp: u64, request: &Header, _user_id: u32, body: &Bytes) -> Vec<u8> {
         // Prepare timestamps are nanoseconds; message timestamps are microseconds.
         let reply = self.execute(timestamp / 1000, request.operation, body);

@@ -265,6 +265,8 @@ pub struct SegmentLog {
     /// The device failed a write or sync of the log (not a full disk): the group stops
     /// (`take_device_failure`) instead of writing it again and trusting it.
     device_failure: Option<&'static str>,
+    /// The lowest offset a full disk refused a write at since the last `take_refused_no_space`.
+    refused_no_space: Option<u64>,
     /// Reads finished and not yet taken (`take_read`): at most the log's `reads_max`.
     reads_done: VecDeque<(u64, Result<ReadBatches, ReadError>)>,
     /// The last open's report.
@@ -328,6 +330,7 @@ impl SegmentLog {
             tick: 0,
             refused_at_tick: None,
             device_failure: None,
+            refused_no_space: None,
             reads_done: VecDeque::new(),
             opened: None,
             counters: SegmentLogCounters::default(),
@@ -399,6 +402,13 @@ impl SegmentLog {
     /// What failed on the device since the last call, if anything did: the group stops on it.
     pub fn take_device_failure(&mut self) -> Option<&'static str> {
         self.device_failure.take()
+    }
+
+    /// Where a full disk refused a write since the last call, if one did: the log holds
+    /// nothing from there (it cut itself), and a single replica refuses the requests whose
+    /// batches went there (`Replica::refuse_unstored`).
+    pub fn take_refused_no_space(&mut self) -> Option<u64> {
+        self.refused_no_space.take()
     }
 
     pub fn sync_if_idle(&mut self, io: &mut impl Io) {
@@ -618,12 +628,16 @@ impl SegmentLog {
                 }
                 // A rejected write (a full disk) takes the batches from its offset: the log is
                 // cut there and the pending copies are appended again.
-                PartitionEvent::Rejected { error, .. } => {
+                PartitionEvent::Rejected { error, from_offset } => {
                     self.speculated = None;
                     self.cuts_made += 1;
                     self.refused_at_tick = Some(self.tick);
                     if error == IoError::Device {
                         self.device_failure.get_or_insert("segment log write");
+                    }
+                    if error == IoError::NoSpace {
+                        let stored_to = self.refused_no_space.map_or(from_offset, |at| at.min(from_offset));
+                        self.refused_no_space = Some(stored_to);
                     }
                 }
                 PartitionEvent::Durable { .. } => {}

@@ -294,6 +294,9 @@ struct ShardState {
     /// The driver's failed writes and syncs logged in this window, and those left out
     /// (`STORAGE_FAILURE_LINES_MAX`).
     failure_lines: (u64, u64, u64),
+    /// When the last "write met a full disk" line went out (the driver's clock), and the cuts
+    /// since, not shown.
+    no_space_lines: (Option<u64>, u64),
 }
 
 /// ERROR lines for failed writes and syncs a shard writes per `STORAGE_FAILURE_WINDOW_TICKS` at
@@ -422,6 +425,7 @@ pub async fn run_shard(context: ShardContext<ShardMail>, shared: Arc<ServerShare
         storage_failure: None,
         single_node: shared.cluster.is_none(),
         failure_lines: (0, 0, 0),
+        no_space_lines: (None, 0),
     };
     state.drain_node_events();
     let server = state.io.server();
@@ -729,6 +733,29 @@ impl ShardState {
         self.drain_node_events();
     }
 
+    /// One WARN line per `STORAGE_FAILURE_WINDOW_TICKS` for the logs cut because a write met a
+    /// full disk (every refused send may cut one), the rest counted in the next.
+    fn log_cut_for_no_space(&mut self, group: &str, op: u64, refused: u32, again: u32) {
+        let now = self.io.now();
+        let (window, cuts_since) = &mut self.no_space_lines;
+        if window.is_some_and(|at| now < at + STORAGE_FAILURE_WINDOW_TICKS * TICK_NS) {
+            *cuts_since += 1;
+            return;
+        }
+        let earlier = std::mem::take(cuts_since);
+        *window = Some(now);
+        tracing::warn!(
+            shard = self.shard,
+            group,
+            op,
+            refused,
+            again,
+            earlier_cuts_not_shown = earlier,
+            "a write met a full disk despite the free-space reserve: the uncommitted ops from `op` on were cut, \
+             their sends and creates refused, the rest prepared again once space allows"
+        );
+    }
+
     /// Logs the driver's failed writes and syncs with their files and errnos, at most
     /// `STORAGE_FAILURE_LINES_MAX` per window.
     fn log_storage_failures(&mut self, tick: u64) {
@@ -776,6 +803,9 @@ impl ShardState {
                         }
                         ReplicaEvent::LogTruncated { op, .. } => {
                             tracing::warn!(shard = self.shard, group, op, "log truncated")
+                        }
+                        ReplicaEvent::CutForNoSpace { op, refused, again } => {
+                            self.log_cut_for_no_space(&group, op, refused, again)
                         }
                         ReplicaEvent::Wiping => {
                             tracing::warn!(shard = self.shard, group, "removing an earlier incarnation's files")

@@ -17,10 +17,10 @@
 
 use std::collections::VecDeque;
 
-use vireo_io::{Completion, Io, Token};
+use vireo_io::{Completion, Io, IoError, Token};
 use vireo_storage::checksum::checksum64;
 use vireo_storage::layout::{snapshot_file, snapshot_region_offset, superblock_files, wal_file, HEADER_SIZE};
-use vireo_storage::superblock::{Superblock, VsrState};
+use vireo_storage::superblock::{Superblock, VsrState, SUPERBLOCK_SIZE_MAX};
 
 use super::{Replica, ReplicaEvent, Status};
 use crate::client_table::ClientTable;
@@ -91,6 +91,9 @@ pub struct WalPipeline {
     /// yet leaves them here, and no third batch is taken until they do.
     headers_pending: Vec<(u64, u128)>,
     outstanding: usize,
+    /// Ops whose write in the commit in flight a full disk refused (a single replica: see
+    /// `no_space`), at most the commit's writes.
+    refused: Vec<u64>,
 }
 
 impl WalPipeline {
@@ -120,6 +123,8 @@ pub struct SuperblockPipeline {
     stage: SuperblockStage,
     writing: Option<Superblock>,
     dirty: bool,
+    /// The copy's write in flight was refused by a full disk: made again at the next tick.
+    write_refused: bool,
     /// The copy an update writes first: never the only whole one (see `vireo_storage::superblock`).
     pub first_copy: usize,
 }
@@ -394,15 +399,27 @@ impl<S: StateMachine> Replica<S> {
 
     pub(super) fn wal_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
         match completion {
-            Completion::Write { result, .. } => {
-                if let Err(error) = result {
-                    // The journal cannot promise anything it failed to write: stop the replica,
-                    // it recovers from what is durable.
-                    self.fail_stop(error, "WAL write");
-                    return;
+            Completion::Write { result, token: written } => {
+                match result {
+                    Ok(()) => {}
+                    Err(IoError::NoSpace) if self.config.replica_count == 1 => {
+                        // Nothing of it is promised yet: its ops are cut once the commit's other
+                        // writes are in (`no_space`).
+                        self.wal.refused.push(token_detail(written));
+                    }
+                    Err(error) => {
+                        // The journal cannot promise anything it failed to write: stop the
+                        // replica, it recovers from what is durable.
+                        self.fail_stop(error, "WAL write");
+                        return;
+                    }
                 }
                 assert_eq!(self.wal.stage, WalStage::Writing);
                 self.wal.outstanding -= 1;
+                if self.wal.outstanding == 0 && !self.wal.refused.is_empty() && !self.wal_refused_cut(io) {
+                    self.fail_stop(IoError::NoSpace, "WAL write");
+                    return;
+                }
                 if self.wal.outstanding == 0 {
                     let bug = self.config.bug;
                     let unsynced = bug == Some(Bug::AckBeforeSync)
@@ -429,6 +446,30 @@ impl<S: StateMachine> Replica<S> {
             }
             _ => panic!("the WAL pipeline issues only writes and syncs"),
         }
+    }
+
+    /// The commit's writes are in and a full disk refused some (a single replica): every op from
+    /// the lowest refused one on is cut and its requests refused (`no_space`), and the commit
+    /// goes on with the writes below it. False if that cannot be done (the op is committed, or the
+    /// replica is not a single primary in normal status): the replica stops then.
+    fn wal_refused_cut(&mut self, io: &mut impl Io) -> bool {
+        let refused = std::mem::take(&mut self.wal.refused);
+        // Writes of prepares a view change or an earlier cut replaced since do not count.
+        let journal = &self.journal;
+        let lowest = [&self.wal.batch, &self.wal.headers]
+            .into_iter()
+            .flatten()
+            .filter(|(op, checksum)| refused.contains(op) && journal.get_exact(*op, *checksum).is_some())
+            .map(|(op, _)| *op)
+            .min();
+        let Some(lowest) = lowest else { return true };
+        if !self.cut_for_no_space(io, lowest) {
+            return false;
+        }
+        self.wal.batch.retain(|(op, _)| *op < lowest);
+        self.wal.headers.retain(|(op, _)| *op < lowest);
+        self.wal.headers_pending.retain(|(op, _)| *op < lowest);
+        true
     }
 
     /// Whether this replica leaves its prepares' external spans out of the WAL: whenever the
@@ -561,15 +602,36 @@ impl<S: StateMachine> Replica<S> {
             parent_checksum: if durable.sequence == 0 { 0 } else { durable.checksum() },
             vsr_state: self.vsr_state(),
         };
-        let first = self.superblock.first_copy;
-        io.write(
-            superblock_files(self.config.namespace)[first],
-            0,
-            superblock.encode().into(),
-            token(TokenKind::Superblock, first as u64),
-        );
         self.superblock.writing = Some(superblock);
         self.superblock.stage = SuperblockStage::WritingFirst;
+        self.superblock_write_copy(io);
+    }
+
+    /// Writes the superblock in flight into the copy its stage names, always the whole
+    /// `SUPERBLOCK_SIZE_MAX` (the record, then zeros): a copy's file never grows after its first
+    /// write, so a full disk cannot refuse the superblock that cuts a log for want of space.
+    fn superblock_write_copy(&mut self, io: &mut impl Io) {
+        let copy = match self.superblock.stage {
+            SuperblockStage::WritingFirst => self.superblock.first_copy,
+            SuperblockStage::WritingSecond => 1 - self.superblock.first_copy,
+            stage => panic!("no superblock copy is written in stage {stage:?}"),
+        };
+        let mut bytes = self.superblock.writing.as_ref().expect("a superblock in flight").encode();
+        bytes.resize(SUPERBLOCK_SIZE_MAX, 0);
+        io.write(
+            superblock_files(self.config.namespace)[copy],
+            0,
+            bytes.into(),
+            token(TokenKind::Superblock, copy as u64),
+        );
+    }
+
+    /// A superblock copy's write that a full disk refused (it landed nothing, and nothing was
+    /// promised on it: unlike a failed sync it may be made again) is made again at the next tick.
+    pub(super) fn superblock_retry_refused(&mut self, io: &mut impl Io) {
+        if std::mem::take(&mut self.superblock.write_refused) {
+            self.superblock_write_copy(io);
+        }
     }
 
     pub(super) fn superblock_on_completion(&mut self, io: &mut impl Io, completion: Completion) {
@@ -577,11 +639,15 @@ impl<S: StateMachine> Replica<S> {
             Completion::Write { result, .. } | Completion::Sync { result, .. } => result.err(),
             _ => panic!("the superblock pipeline issues only writes and syncs"),
         };
+        let refused_write = matches!(completion, Completion::Write { result: Err(IoError::NoSpace), .. });
+        if refused_write {
+            self.superblock.write_refused = true;
+            return;
+        }
         if let Some(error) = failed {
             self.fail_stop(error, "superblock write");
             return;
         }
-        let writing = self.superblock.writing.as_ref().expect("a superblock write in flight");
         self.superblock.stage = match self.superblock.stage {
             SuperblockStage::WritingFirst => {
                 let first = self.superblock.first_copy;
@@ -589,13 +655,8 @@ impl<S: StateMachine> Replica<S> {
                 SuperblockStage::SyncingFirst
             }
             SuperblockStage::SyncingFirst => {
-                let second = 1 - self.superblock.first_copy;
-                io.write(
-                    superblock_files(self.config.namespace)[second],
-                    0,
-                    writing.encode().into(),
-                    token(TokenKind::Superblock, second as u64),
-                );
+                self.superblock.stage = SuperblockStage::WritingSecond;
+                self.superblock_write_copy(io);
                 SuperblockStage::WritingSecond
             }
             SuperblockStage::WritingSecond => {
@@ -622,6 +683,8 @@ impl<S: StateMachine> Replica<S> {
     }
 
     fn on_superblock_durable(&mut self, io: &mut impl Io) {
+        // Before anything is prepared again: a request refused must not be taken meanwhile.
+        self.answer_no_space(io);
         self.view_change_progress(io);
         if self.status == Status::Normal {
             if self.is_primary() {

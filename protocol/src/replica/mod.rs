@@ -24,6 +24,7 @@
 mod disk_low;
 mod durability;
 mod forwarded;
+mod no_space;
 mod normal;
 mod read_index;
 mod recovery;
@@ -46,6 +47,7 @@ use crate::state_machine::StateMachine;
 pub use durability::{CheckpointRecord, LogMark};
 use durability::{SnapshotPipeline, SuperblockPipeline, WalPipeline};
 pub use forwarded::{FORWARDED_KEEP_BYTES_MIN, FORWARDED_KEPT_BYTES_MAX, FORWARDED_KEPT_MAX, FORWARDED_KEPT_TICKS_MAX};
+pub use no_space::STATUS_NO_SPACE;
 use read_index::ReadRounds;
 pub use read_index::READ_ROUND_RESEND_TICKS;
 use recovery::Opening;
@@ -99,6 +101,14 @@ pub enum ReplicaEvent {
     LogTruncated {
         op: u64,
         sequence: u64,
+    },
+    /// A write met a full disk (a single replica, `no_space`): the log was cut below `op`; the
+    /// new data among its requests (`refused`) is refused once the cut is durable, the rest
+    /// (`again`) is prepared again.
+    CutForNoSpace {
+        op: u64,
+        refused: u32,
+        again: u32,
     },
     /// The namespace held an earlier incarnation's files (another cluster id): they are being
     /// removed, and the replica formats itself after.
@@ -242,6 +252,8 @@ pub struct Replica<S: StateMachine> {
 
     /// Read rounds: the read index of reads served from this replica (`read_index`).
     read_rounds: ReadRounds,
+    /// Requests refused because a write met a full disk (`no_space`, a single replica only).
+    no_space: no_space::NoSpace,
 
     opening: Option<Opening>,
     events: VecDeque<ReplicaEvent>,
@@ -316,6 +328,7 @@ impl<S: StateMachine> Replica<S> {
             disk_low_dropped: false,
             forwarded: forwarded::Forwarded::default(),
             read_rounds: ReadRounds::default(),
+            no_space: no_space::NoSpace::default(),
             opening: None,
             events: VecDeque::new(),
             config,
@@ -692,6 +705,9 @@ impl<S: StateMachine> Replica<S> {
 
     /// Called every `TICK_NS` by the driver: every timeout is counted here.
     pub fn tick(&mut self, io: &mut impl Io) {
+        if !self.failed {
+            self.superblock_retry_refused(io);
+        }
         if self.status == Status::Opening || self.failed {
             return;
         }
@@ -738,6 +754,7 @@ impl<S: StateMachine> Replica<S> {
             self.on_request_start_view_timeout(io);
         }
         self.read_round_tick(io);
+        self.no_space_tick(io);
         self.rejoin_progress(io);
         self.assert_invariants();
     }

@@ -79,6 +79,9 @@ impl<S: StateMachine> Replica<S> {
                 }
             }
         }
+        if self.refused_before(io, &header) {
+            return;
+        }
         if self.request_queue.len() == self.config.request_queue_max {
             // Full: drop it; the client retries after its timeout.
             return;
@@ -115,6 +118,7 @@ impl<S: StateMachine> Replica<S> {
         while self.status == Status::Normal
             && self.is_primary()
             && self.log_view_durable()
+            && !self.paused_for_no_space()
             && !self.request_queue.is_empty()
             && self.pipeline.len() < self.config.prepare_queue_max
             && self.op < self.wal_op_limit()
@@ -617,9 +621,9 @@ impl<S: StateMachine> Replica<S> {
         io.send(Peer::Client(client), message.encode());
     }
 
-    /// Answers a register its state machine refused (`check_register`): a reply with a status
-    /// and no session.
-    fn send_refusal(&self, io: &mut impl Io, request: &Header, op: u64, timestamp: u64, status: u32) {
+    /// Answers a request refused with `status` and no body: a register its state machine refused
+    /// (`check_register`: no session), a write a full disk refused (`no_space`).
+    pub(super) fn send_refusal(&self, io: &mut impl Io, request: &Header, op: u64, timestamp: u64, status: u32) {
         assert_ne!(status, 0);
         let mut header = self.header(Command::Reply);
         header.parent = request.parent;
@@ -628,7 +632,9 @@ impl<S: StateMachine> Replica<S> {
         header.op = op;
         header.commit = self.commit_max;
         header.timestamp = timestamp;
-        header.operation = OPERATION_REGISTER;
+        header.operation = request.operation;
+        header.request = request.request;
+        header.session = request.session;
         header.status = status;
         io.send(Peer::Client(request.client), Message::new(header, Vec::new()).encode());
     }

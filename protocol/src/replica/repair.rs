@@ -411,7 +411,17 @@ impl<S: StateMachine> Replica<S> {
             }
         }
         let Some((op, parent)) = cut else { return };
+        self.cut_log_at(io, op, parent);
+        self.event(ReplicaEvent::LogTruncated { op, sequence: self.start_view_sequence });
+    }
+
+    /// Cuts this primary's log below `op` (never committed: `parent` is the header of the op
+    /// before it) and starts the view's log again, one start_view higher, so that a restart
+    /// cannot take the dropped prepares back from the WAL: recovery follows only prepares of the
+    /// superblock's start_view.
+    pub(super) fn cut_log_at(&mut self, io: &mut impl Io, op: u64, parent: u128) {
         assert!(op > self.commit_max);
+        assert!(self.is_primary() && self.status == Status::Normal);
         for dropped in op..=self.op {
             self.journal.remove(dropped);
         }
@@ -420,7 +430,6 @@ impl<S: StateMachine> Replica<S> {
         self.pipeline.retain(|entry| entry.op < op);
         self.durable_chain_op = 0;
         self.start_view_sequence += 1;
-        self.event(ReplicaEvent::LogTruncated { op, sequence: self.start_view_sequence });
         self.superblock_update(io);
         self.send_start_view(io, None);
     }

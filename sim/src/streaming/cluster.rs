@@ -169,6 +169,11 @@ pub struct StreamingCounters {
     /// Sends refused because their node's disk was below its reserve, and polls a node answered
     /// meanwhile.
     pub sends_refused_disk_low: u64,
+    /// Logs a single replica cut because a write met a full disk, the requests of them it refused
+    /// (sends, creates) and those it prepared again.
+    pub cuts_for_no_space: u64,
+    pub requests_refused_no_space: u64,
+    pub requests_prepared_again: u64,
     pub polls_while_disk_low: u64,
     pub assignments_checked: u64,
     pub connections: u64,
@@ -748,6 +753,11 @@ impl StreamingCluster {
                     match other {
                         ReplicaEvent::Wiping => self.counters.incarnations_wiped += 1,
                         ReplicaEvent::Superseded => self.counters.replicas_superseded += 1,
+                        ReplicaEvent::CutForNoSpace { refused, again, .. } => {
+                            self.counters.cuts_for_no_space += 1;
+                            self.counters.requests_refused_no_space += refused as u64;
+                            self.counters.requests_prepared_again += again as u64;
+                        }
                         _ => {}
                     }
                     self.log(|| format!("n{index}/s{shard} {}#{incarnation} {other:?}", group_name(namespace)));
