@@ -89,10 +89,14 @@ pub enum Bug {
     ElidedFromStaleKeptCopy,
     /// A node's front door admits sends while its disk is below the free-space reserve.
     SendPastDiskReserve,
+    /// A single replica whose external log could not store a prepare's batches (a full disk)
+    /// refuses its sends at once but keeps the op, which the log stores and commits once space
+    /// is back: a client told "not stored" finds its messages.
+    NoSpaceRefusalKeepsOp,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 26] = [
+    pub const ALL: [Bug; 27] = [
         Bug::AckBeforeDurable,
         Bug::CommitWithoutQuorum,
         Bug::ApplyRetryTwice,
@@ -119,6 +123,7 @@ impl Bug {
         Bug::WalHeaderWithItsPrepare,
         Bug::ElidedFromStaleKeptCopy,
         Bug::SendPastDiskReserve,
+        Bug::NoSpaceRefusalKeepsOp,
     ];
 
     /// The bug's name in kebab case, as the simulator's `--bug` takes it.

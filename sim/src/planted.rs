@@ -113,6 +113,11 @@ pub fn window(bug: Bug) -> Window {
         }
         // A quarter of the runs fill one node's disk for a while; sends through it then.
         Bug::SendPastDiskReserve => at_zero(streaming()),
+        // A single node whose disk fills with no reserve (a sixteenth of the runs), and no crash
+        // that takes the kept ops with it before space is back.
+        Bug::NoSpaceRefusalKeepsOp => {
+            at_zero(Overrides { replicas: Some(1), faults: Some(FaultLevel::None), ..streaming() })
+        }
     }
 }
 

@@ -36,6 +36,7 @@ use std::collections::BTreeMap;
 use vireo_io::Io;
 
 use super::{Replica, ReplicaEvent, Status};
+use crate::config::Bug;
 use crate::header::Header;
 use crate::request::{batched_requests, OPERATION_REGISTER};
 use crate::state_machine::StateMachine;
@@ -80,9 +81,8 @@ impl<S: StateMachine> Replica<S> {
         }
         let first = (self.commit_max + 1..=self.op)
             .find(|op| self.journal.get(*op).is_none_or(|e| e.header.cursor > stored_to));
-        if let Some(op) = first {
-            self.cut_for_no_space(io, op);
-        }
+        let Some(op) = first else { return };
+        self.cut_for_no_space(io, op);
     }
 
     fn refuses_for_no_space(&self) -> bool {
@@ -100,6 +100,23 @@ impl<S: StateMachine> Replica<S> {
             return false;
         }
         let Some(parent) = self.journal.get(op).map(|entry| entry.header.parent) else { return false };
+        if self.config.bug == Some(Bug::NoSpaceRefusalKeepsOp) {
+            // Refused, but kept: written again (the WAL) or appended again (the log) once
+            // space is back, and committed.
+            for kept in op..=self.op {
+                let Some(entry) = self.journal.get(kept) else { continue };
+                let body = entry.body.clone();
+                if !entry.durable {
+                    self.wal.queue_after_open(kept);
+                }
+                for request in body.iter().flat_map(|body| batched_requests(body)) {
+                    if S::refused_when_disk_full(&request.header) {
+                        self.send_no_space(io, &request.header);
+                    }
+                }
+            }
+            return true;
+        }
         let mut again = Vec::new();
         let unanswered_before = self.no_space.unanswered.len();
         for cut_op in op..=self.op {

@@ -503,7 +503,7 @@ impl StreamingCluster {
                 cluster_name: "vireo-sim".to_string(),
                 roster: roster.clone(),
                 password_cost: vireo_node::metadata::PasswordCost::Test,
-                min_free_bytes: MIN_FREE_BYTES,
+                min_free_bytes: if scenario.disk_full.is_some_and(|full| full.unforeseen) { 0 } else { MIN_FREE_BYTES },
             })
             .collect();
         let mut clients = Vec::new();

@@ -74,6 +74,10 @@ pub struct DiskFull {
     /// reserve: the node refuses its clients' sends while the writes it already took (and its
     /// peers' prepares) still land, until they fill it.
     pub room: bool,
+    /// In half of the others no node keeps a reserve: the disk fills under writes already
+    /// taken, as when another process fills it, and a single node's group refuses the sends whose
+    /// writes met it (`vireo_protocol::replica::no_space`).
+    pub unforeseen: bool,
 }
 
 impl DiskFull {
@@ -84,11 +88,21 @@ impl DiskFull {
         if !hash.is_multiple_of(4) {
             return None;
         }
+        let room = (hash >> 60) & 1 == 1;
+        let unforeseen = !room && (hash >> 61) & 1 == 1;
+        // An unforeseen fill comes while the producers still send (their first seconds): sends
+        // then meet it in flight.
+        let from_tick = if unforeseen {
+            20 + (hash >> 16) % 180
+        } else {
+            safety_ticks / 8 + (hash >> 16) % (safety_ticks / 2).max(1)
+        };
         Some(DiskFull {
             node: ((hash >> 8) % nodes as u64) as u8,
-            from_tick: safety_ticks / 8 + (hash >> 16) % (safety_ticks / 2).max(1),
+            from_tick,
             ticks: 100 + (hash >> 40) % 900,
-            room: (hash >> 60) & 1 == 1,
+            room,
+            unforeseen,
         })
     }
 }
@@ -235,7 +249,13 @@ impl fmt::Display for StreamingScenario {
                 full.node,
                 full.from_tick,
                 full.ticks,
-                if full.room { "+room" } else { "" }
+                if full.room {
+                    "+room"
+                } else if full.unforeseen {
+                    "+unforeseen"
+                } else {
+                    ""
+                }
             )),
             self.primary_isolation
                 .map_or("none".to_string(), |isolation| format!("{}/{}", isolation.ticks, isolation.every_ticks)),
