@@ -1145,7 +1145,11 @@ impl StreamClient {
                 _ => return,
             },
             Work::Read(read) => {
-                if message.body.is_empty() {
+                // A list of no topics is what a node answers for a stream it does not hold (yet:
+                // a node that lags), before any permission check, as the reference does: it tells
+                // nothing, like an empty body.
+                let no_topics = read == Read::Topics && message.body[..] == 0u32.to_le_bytes();
+                if message.body.is_empty() || no_topics {
                     self.access(Action::Read(read), Answer::Absent);
                     return;
                 }
