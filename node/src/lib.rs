@@ -175,7 +175,10 @@
 //! prepares left out, which under `enforce_fsync` nothing acknowledged is) applies those batches as
 //! lost instead of waiting for a peer it does not have. A full disk is another matter: below the
 //! free-space reserve (`disk_reserve`) a node refuses new data at its front door, and in a cluster
-//! its partition groups take no new prepares (`Replica::set_disk_low`).
+//! its partition groups take no new prepares (`Replica::set_disk_low`). A write that meets a full
+//! disk anyway does not stop a single node's group: it cuts the uncommitted ops that write was
+//! for and refuses their sends and creates once the cut is durable (`vireo_protocol::replica`'s
+//! `no_space`), and the segment log that refused tells it where (`SegmentLog::take_refused_no_space`).
 //!
 //! ## Durability
 //!

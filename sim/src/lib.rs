@@ -109,7 +109,11 @@
 //!   at once (`sends_refused_disk_low=`) while reads, offsets and deletes go on; every write that
 //!   would grow a file fails with ENOSPC, its replicas stop and reopen from what is durable, its
 //!   segment logs are refused appends, and once space is back everything must catch up
-//!   (`writes_refused_full=` counts the refusals);
+//!   (`writes_refused_full=` counts the refusals). In a quarter of those windows (`+unforeseen`)
+//!   no node keeps a reserve and the disk fills while the producers send: a single node's groups
+//!   cut the ops a refused write was for and refuse their sends (`cuts_for_no_space=`,
+//!   `requests_refused_no_space=`, `requests_prepared_again=`), and the checker holds every
+//!   refused send to never appearing;
 //! - segment files rot (latent sectors, damaged writes) on at most a minority of the disks, never a
 //!   single node's, and never one whose WAL headers zone takes faults (there the batches are a
 //!   prepare's only sure copy); `segment_logs_cut=` counts the opens that cut or lost batches,
