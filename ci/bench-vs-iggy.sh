@@ -11,6 +11,9 @@
 # clusters. CLUSTER_WORKLOADS (default "pinned-producer end-to-end", 500 MB each) picks the cluster
 # workloads, CLUSTER_THROUGH=N (default 0) the node the bench talks to, and CLUSTER_METRICS=1
 # keeps each Vireo node's /metrics after a cluster round.
+# COUNTS=1 counts, over each measured round, the server's syscalls and io_uring submissions with
+# `perf` tracepoints (root): io_uring_enter, SQEs and SQEs by opcode, pwritev/pwrite64, membarrier,
+# fdatasync/fsync (syscalls; an io_uring FSYNC is counted by its opcode), per GB the bench moved.
 # WARM_PAGES=1 turns the VM's free page reporting off for the run (and back on at exit): with it
 # on, memory the guest freed goes back to the host within seconds, and the next write into the
 # page cache faults every page in again, about ten times the cost of a warm copy (1 GB: 2 s of
@@ -51,7 +54,8 @@ rounds=${ROUNDS:-3}
 out="$root/target/bench-vs-iggy"
 rm -rf "$out" && mkdir -p "$out"
 (cd "$root" && cargo build --release -p vireo-node --bin vireo-server --bin vireo-bench --bin vireo-cluster)
-vireo_server="$root/target/release/vireo-server"
+# SERVER_BUILD: another vireo-server binary to measure (an earlier build, for before and after).
+vireo_server="${SERVER_BUILD:-$root/target/release/vireo-server}"
 vireo_bench="$root/target/release/vireo-bench"
 
 common="-m 1000 -P 250"
@@ -191,6 +195,29 @@ medians() {
     done
 }
 
+# counts_start LOG / counts_stop LOG GB LABEL: perf on the server over one measured bench (COUNTS=1).
+count_events=syscalls:sys_enter_io_uring_enter,io_uring:io_uring_submit_req,syscalls:sys_enter_pwritev,syscalls:sys_enter_pwrite64,syscalls:sys_enter_membarrier,syscalls:sys_enter_fdatasync,syscalls:sys_enter_fsync
+counts_pids=()
+counts_start() {
+    perf stat -x, -o "$1.stat" -e "$count_events" -p "$server_pid" >/dev/null 2>&1 &
+    counts_pids=($!)
+    perf record -q -e io_uring:io_uring_submit_req -p "$server_pid" -o "$1.perf" >/dev/null 2>&1 &
+    counts_pids+=($!)
+    sleep 0.5
+}
+counts_stop() {
+    local log=$1 gb=$2 label=$3 pid
+    for pid in "${counts_pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    for pid in "${counts_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    local totals opcodes
+    totals=$(awk -F, -v gb="$gb" '$3 ~ /:/ { n = $3; sub(/.*:(sys_enter_)?(io_uring_)?/, "", n); printf "%s %.0f, ", n, $1 / gb }' "$log.stat")
+    opcodes=$(perf script -i "$log.perf" -F trace 2>/dev/null \
+        | sed -nE 's/.*opcode ([A-Z_0-9]+),.*/\1/p' | sort | uniq -c | sort -rn \
+        | awk -v gb="$gb" '{ printf "%s %.0f, ", $2, $1 / gb }')
+    echo "$label per GB: ${totals%, }"
+    echo "$label SQEs per GB by opcode: ${opcodes%, }"
+}
+
 # measure SIDE NAME ROUND: one iggy-bench round against a fresh server of SIDE.
 declare -A figures
 measure() {
@@ -201,10 +228,12 @@ measure() {
         "$iggy_bin/iggy-bench" $common $fill tcp --server-address "127.0.0.1:$port" >"$log.fill" 2>&1
     fi
     local cpu_before cpu_after
+    [ "${COUNTS:-0}" = 1 ] && counts_start "$log"
     cpu_before=$(cpu_seconds)
     # shellcheck disable=SC2086
     timeout 600 "$iggy_bin/iggy-bench" $common ${workload[$name]} tcp --server-address "127.0.0.1:$port" >"$log" 2>&1 || true
     cpu_after=$(cpu_seconds)
+    [ "${COUNTS:-0}" = 1 ] && counts_stop "$log" "${gigabytes[$name]}" "  $name $side round $round"
     local rss cpu_per_gb
     rss=$(peak_rss_mb)
     cpu_per_gb=$(awk -v a="$cpu_before" -v b="$cpu_after" -v gb="${gigabytes[$name]}" 'BEGIN { printf "%.2f", (b - a) / gb }')
